@@ -1,0 +1,41 @@
+# Quick start: `make demo` (set up, fetch the embedded model, run a real agent task)
+# and `make test` (set up and run the whole suite).
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test bench clean openblas
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+setup: $(STAMP) openblas
+
+# On Linux the MLX CPU wheel links the reference BLAS; Debian's OpenBLAS makes it ~2-8x faster.
+# Installed when we are root with apt-get; otherwise spec-agent prints how to get it.
+openblas:
+	@if [ "$$(uname)" = Linux ] && [ ! -e /usr/lib/$$(uname -m)-linux-gnu/openblas-pthread/libopenblas.so.0 ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenblas0-pthread >/dev/null) \
+	      || echo "warning: could not install libopenblas0-pthread; CPU decoding will be slower"; \
+	  else echo "note: install Debian's libopenblas0-pthread for fast CPU decoding (sudo apt-get install libopenblas0-pthread)"; fi; \
+	fi
+
+demo: setup
+	$(BIN)/spec-agent models pull
+	@bash scripts/demo.sh
+
+test: setup
+	$(BIN)/spec-agent models pull
+	SPEC_AGENT_REQUIRE_EMBEDDED=1 LD_PRELOAD="$$(ls /usr/lib/*-linux-gnu/openblas-pthread/libopenblas.so.0 2>/dev/null | head -1)" $(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/spec-agent models pull
+	$(BIN)/spec-agent bench spec --quick
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache

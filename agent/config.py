@@ -1,0 +1,109 @@
+"""One frozen `Config`, built once: defaults < user file < repo `.specrc` < env < flags.
+
+Files are TOML (`~/.config/spec-agent/config.toml`, then `.specrc` at the repo root); env vars
+are `SPEC_AGENT_<KEY>` in upper case. `.specrc.example` documents every key. Imports nothing
+heavy: `--help` and `--version` stay fast.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(Exception):
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Config:
+    model: str = "default"
+    draft_model: str = ""
+    device: str = "auto"  # auto | cpu | gpu
+    blas: str = "auto"  # auto | off  (Linux CPU: preload OpenBLAS)
+    speculation: str = "auto"  # auto | on | off
+    drafter: str = "auto"  # auto | model | lookup | combined
+    num_draft_tokens: int = 0  # 0 = adaptive K
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    max_tokens: int = 1024
+    max_turns: int = 10
+    approval_mode: str = "suggest"  # suggest | auto-edit | full-auto
+    auto_commit: bool = True
+    dirty_files: str = "commit"  # commit | stash | refuse: what to do with the user's uncommitted edits
+    memory_headroom_gb: float = 8.0
+    shell_timeout_s: float = 60.0
+
+
+_CHOICES = {
+    "device": {"auto", "cpu", "gpu"},
+    "blas": {"auto", "off"},
+    "speculation": {"auto", "on", "off"},
+    "drafter": {"auto", "model", "lookup", "combined"},
+    "approval_mode": {"suggest", "auto-edit", "full-auto"},
+    "dirty_files": {"commit", "stash", "refuse"},
+}
+
+
+def _coerce(key: str, value: Any, where: str) -> Any:
+    types = {f.name: f.type for f in fields(Config)}
+    if key not in types:
+        raise ConfigError(f"{where}: unknown key '{key}' (see .specrc.example)")
+    kind = types[key]
+    try:
+        if kind == "bool":
+            if isinstance(value, str):
+                if value.lower() not in ("1", "0", "true", "false", "yes", "no", "on", "off"):
+                    raise ValueError(value)
+                value = value.lower() in ("1", "true", "yes", "on")
+            value = bool(value)
+        elif kind == "int":
+            value = int(value)
+        elif kind == "float":
+            value = float(value)
+        else:
+            value = str(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"{where}: '{key}' must be {kind}, got {value!r}") from None
+    if key in _CHOICES and value not in _CHOICES[key]:
+        raise ConfigError(f"{where}: '{key}' must be one of {sorted(_CHOICES[key])}, got {value!r}")
+    return value
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        raise ConfigError(f"{path}: reading config files needs Python 3.11+") from None
+    try:
+        return tomllib.loads(path.read_text())
+    except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError) as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def user_config_path() -> Path:
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "spec-agent" / "config.toml"
+
+
+def load_config(repo: Path | None = None, flags: dict[str, Any] | None = None) -> Config:
+    """Build the Config: defaults < user file < repo .specrc < env < flags (None = unset)."""
+    cfg = Config()
+    layers: list[tuple[str, dict[str, Any]]] = []
+    for path in (user_config_path(), (repo or Path.cwd()) / ".specrc"):
+        if path.is_file():
+            layers.append((str(path), _read_toml(path)))
+    env = {
+        f.name: os.environ[f"SPEC_AGENT_{f.name.upper()}"]
+        for f in fields(Config)
+        if f"SPEC_AGENT_{f.name.upper()}" in os.environ
+    }
+    layers.append(("environment", env))
+    layers.append(("command line", {k: v for k, v in (flags or {}).items() if v is not None}))
+    for where, values in layers:
+        cfg = replace(cfg, **{k: _coerce(k, v, where) for k, v in values.items()})
+    return cfg

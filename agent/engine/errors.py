@@ -1,0 +1,23 @@
+"""Errors the engine raises for bad input; the CLI turns each into one line and exit code 2."""
+
+
+class SpecAgentError(Exception):
+    """Base for expected failures that get one clear message, no traceback."""
+
+    exit_code = 1
+
+
+class ModelLoadError(SpecAgentError):
+    """A model reference could not be resolved or its files are unusable."""
+
+    exit_code = 2
+
+
+class ModelNotFoundError(ModelLoadError):
+    pass
+
+
+class PairingError(SpecAgentError):
+    """A draft model cannot be paired with the target (e.g. different tokenizers)."""
+
+    exit_code = 2

@@ -1,0 +1,154 @@
+"""One function loads every model: `load_model(ref, device)`.
+
+A reference is the embedded default (`None`, "default" or its store name), a `.gguf` file
+(our llama-family loader), a local MLX/HF model folder or a Hub id (`mlx_lm.load`).
+Device policy: on the CPU, quantized and half-precision weights become dense f32 so that the
+matrix products of a verify pass go through (Open)BLAS (FACTS §1); on Metal/CUDA they stay as
+they are.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .. import store
+from .errors import ModelLoadError, ModelNotFoundError
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for the engine: the module, a `TokenizerWrapper`, and facts about it."""
+
+    model: nn.Module
+    tokenizer: Any  # mlx_lm.tokenizer_utils.TokenizerWrapper
+    name: str
+    source: str  # "gguf", "mlx"
+    dtype: str  # "float32", "4-bit", ...
+    device: str  # "cpu" or "gpu"
+
+    @property
+    def num_params(self) -> int:
+        from mlx.utils import tree_flatten
+
+        return sum(v.size for _, v in tree_flatten(self.model.parameters()))
+
+    @property
+    def nbytes(self) -> int:
+        from mlx.utils import tree_flatten
+
+        return sum(v.nbytes for _, v in tree_flatten(self.model.parameters()))
+
+    @property
+    def eos_ids(self) -> set[int]:
+        return set(self.tokenizer.eos_token_ids)
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.args.vocab_size)
+
+
+def select_device(device: str = "auto") -> str:
+    """Set MLX's default device; returns 'cpu' or 'gpu'."""
+    if device == "auto":
+        device = "gpu" if mx.is_available(mx.gpu) else "cpu"
+    if device not in ("cpu", "gpu"):
+        raise ModelLoadError(f"unknown device '{device}' (use auto, cpu or gpu)")
+    if device == "gpu" and not mx.is_available(mx.gpu):
+        raise ModelLoadError("no GPU backend in this MLX build (use --device cpu)")
+    mx.set_default_device(mx.gpu if device == "gpu" else mx.cpu)
+    return device
+
+
+def densify_f32(model: nn.Module) -> None:
+    """Replace quantized layers by dense f32 ones and cast every float weight to f32."""
+    from mlx.utils import tree_unflatten
+
+    swaps = []
+    for name, m in model.named_modules():
+        if isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+            w = mx.dequantize(
+                m.weight, m.scales, m.get("biases"), group_size=m.group_size, bits=m.bits,
+                mode=getattr(m, "mode", "affine"),
+            ).astype(mx.float32)
+            if isinstance(m, nn.QuantizedEmbedding):
+                dense = nn.Embedding(*w.shape)
+            else:
+                dense = nn.Linear(w.shape[1], w.shape[0], bias="bias" in m)
+                if "bias" in m:
+                    dense.bias = m.bias.astype(mx.float32)
+            dense.weight = w
+            swaps.append((name, dense))
+    if swaps:
+        model.update_modules(tree_unflatten(swaps))
+    model.set_dtype(mx.float32)
+    mx.eval(model.parameters())
+
+
+def _describe_dtype(model: nn.Module) -> str:
+    for _, m in model.named_modules():
+        if isinstance(m, (nn.QuantizedLinear, nn.QuantizedEmbedding)):
+            return f"{m.bits}-bit"
+    return str(model.model.embed_tokens.weight.dtype).replace("mlx.core.", "")
+
+
+def resolve(ref: str | None) -> tuple[str, Path | str]:
+    """('gguf'|'mlx', path or hub id) for a model reference, or a clear error."""
+    if ref in (None, "", "default") or ref in store.EMBEDDED:
+        m = store.EMBEDDED.get(ref or "", store.DEFAULT_MODEL)
+        p = store.model_path(m)
+        if not p.is_file():
+            raise ModelNotFoundError(
+                f"the default model '{m.name}' is not downloaded yet; fetch it with: "
+                f"{store.PULL_HINT}"
+            )
+        return "gguf", p
+    p = Path(ref).expanduser()
+    if p.is_file():
+        if p.suffix.lower() != ".gguf":
+            raise ModelLoadError(f"{p}: not a .gguf file or a model folder")
+        return "gguf", p
+    if p.is_dir():
+        if not (p / "config.json").is_file():
+            raise ModelLoadError(f"{p}: not a model folder (no config.json)")
+        return "mlx", p
+    if _HUB_ID.match(ref) and not ref.startswith((".", "/", "~")):
+        return "mlx", ref
+    raise ModelNotFoundError(f"model not found: {ref}")
+
+
+def _wrap_tokenizer(hf_tokenizer):
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+    return TokenizerWrapper(hf_tokenizer)
+
+
+def load_model(ref: str | None = None, device: str = "auto", dense: bool | None = None) -> LoadedModel:
+    """Load a model for the engine. `dense=None` follows the device policy above."""
+    device = select_device(device)
+    dense = (device == "cpu") if dense is None else dense
+    kind, where = resolve(ref)
+    if kind == "gguf":
+        from .gguf import load_gguf
+
+        model, hf_tok = load_gguf(Path(where), dequantize=dense)
+        tokenizer = _wrap_tokenizer(hf_tok)
+        name = Path(where).stem
+    else:
+        from mlx_lm import load as mlx_load
+
+        try:
+            model, tokenizer = mlx_load(str(where))
+        except (FileNotFoundError, ValueError, OSError) as e:
+            raise ModelLoadError(f"cannot load model {where}: {e}") from e
+        if dense:
+            densify_f32(model)
+        name = Path(str(where)).name
+    return LoadedModel(model, tokenizer, name, kind, _describe_dtype(model), device)

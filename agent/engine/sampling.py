@@ -1,0 +1,77 @@
+"""Logits → tokens. One definition of the sampling distribution, used everywhere.
+
+`log_probs` is *the* distribution a token is drawn from at temperature > 0: temperature first,
+then top-k, min-p and top-p filters, renormalized. Plain decoding samples from it and the exact
+speculative acceptance rule compares target and draft through it, so speculative sampling
+reproduces plain sampling exactly, filters included.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
+
+    def validate(self) -> "SamplingParams":
+        if self.temperature < 0:
+            raise ValueError("temperature must be >= 0")
+        if not 0.0 < self.top_p <= 1.0:
+            raise ValueError("top_p must be in (0, 1]")
+        if self.top_k < 0:
+            raise ValueError("top_k must be >= 0")
+        if not 0.0 <= self.min_p < 1.0:
+            raise ValueError("min_p must be in [0, 1)")
+        return self
+
+
+NEG_INF = float("-inf")
+
+
+def log_probs(logits: mx.array, p: SamplingParams) -> mx.array:
+    """(n, V) logits → (n, V) normalized log-probabilities, filtered tokens at -inf."""
+    x = logits.astype(mx.float32)
+    if p.temperature > 0:
+        x = x / p.temperature
+    if 0 < p.top_k < x.shape[-1]:
+        kth = mx.sort(x, axis=-1)[..., -p.top_k, None]
+        x = mx.where(x >= kth, x, NEG_INF)
+    lp = x - mx.logsumexp(x, axis=-1, keepdims=True)
+    if p.min_p > 0:
+        floor = mx.max(lp, axis=-1, keepdims=True) + mx.log(mx.array(p.min_p))
+        lp = mx.where(lp >= floor, lp, NEG_INF)
+    if p.top_p < 1.0:
+        # Keep the smallest set of most likely tokens whose mass reaches top_p.
+        srt = mx.sort(lp, axis=-1)[..., ::-1]
+        mass_before = mx.cumsum(mx.exp(srt), axis=-1) - mx.exp(srt)
+        kept = mx.where(mass_before < p.top_p, srt, mx.inf)
+        threshold = mx.min(kept, axis=-1, keepdims=True)
+        lp = mx.where(lp >= threshold, lp, NEG_INF)
+    if p.min_p > 0 or p.top_p < 1.0:
+        lp = lp - mx.logsumexp(lp, axis=-1, keepdims=True)
+    return lp
+
+
+def apply_mask(logits: mx.array, mask: mx.array | None) -> mx.array:
+    """Disallow tokens where `mask` (bool, broadcastable to logits) is False."""
+    if mask is None:
+        return logits
+    return mx.where(mask, logits, NEG_INF)
+
+
+def sample(logits: mx.array, p: SamplingParams) -> mx.array:
+    """(n, V) logits → (n,) tokens: argmax when greedy, else a draw from `log_probs`."""
+    if p.greedy:
+        return mx.argmax(logits, axis=-1)
+    return mx.random.categorical(log_probs(logits, p), axis=-1)

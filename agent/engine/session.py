@@ -1,0 +1,213 @@
+"""A conversation with the engine: token history, the KV caches of target and draft, prefix reuse.
+
+`Session.generate(prompt_tokens, ...)` streams events for one model turn. The session keeps
+every token it has seen; a later call whose prompt shares a prefix with that history re-reads
+only the new tokens. The session alone trims or resets its caches, and it restores their
+consistency in `finally` (a closed generator or Ctrl-C leaves no half-fed cache behind).
+Decoding is plain here; speculative decoding plugs in through `Session.speculator`.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import mlx.core as mx
+
+from ..events import Event, GenerationStats, PrefillProgress, TextDelta
+from .errors import SpecAgentError
+from .loading import LoadedModel
+from .sampling import SamplingParams
+from .step import TokenConstraint, plain_decode, prefill
+
+
+class ContextOverflowError(SpecAgentError):
+    exit_code = 1
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+class ModelCache:
+    """One model's KV cache and how many history tokens it holds."""
+
+    def __init__(self, lm: LoadedModel):
+        from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+
+        self.lm = lm
+        self.cache = make_prompt_cache(lm.model)
+        self.trimmable = can_trim_prompt_cache(self.cache)
+
+    @property
+    def offset(self) -> int:
+        return int(self.cache[0].offset)
+
+    def rewind_to(self, n: int) -> None:
+        """Keep only the first `n` tokens (or start empty when the cache cannot trim)."""
+        from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+
+        excess = self.offset - n
+        if excess <= 0:
+            return
+        if self.trimmable:
+            trim_prompt_cache(self.cache, excess)
+        else:
+            self.cache = make_prompt_cache(self.lm.model)
+
+
+@dataclass
+class _Tally:
+    """Mutable per-call figures, frozen into `GenerationStats` at the end."""
+
+    start: float = field(default_factory=time.perf_counter)
+    first: float = 0.0
+    generated: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class Session:
+    """Per-conversation engine state. Not thread-safe: one generation at a time."""
+
+    def __init__(self, target: LoadedModel, prefill_chunk: int = 512, speculator: Any = None):
+        self.target = target
+        self.tokenizer = target.tokenizer
+        self.prefill_chunk = prefill_chunk
+        self.tokens: list[int] = []  # full history: prompts and generated tokens
+        self.tcache = ModelCache(target)
+        self.speculator = speculator  # set by the speculative layer (see speculative.py)
+        self.context_limit = int(getattr(target.model.args, "max_position_embeddings", 0) or 0)
+
+    # ---- chat helpers -------------------------------------------------------------------
+
+    def render(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        """Chat messages → prompt tokens through the tokenizer's chat template."""
+        out = self.tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=True
+        )
+        if not isinstance(out, list):  # transformers 5 returns a BatchEncoding
+            out = out["input_ids"]
+        return list(out)
+
+    def chat(self, messages: list[dict], tools: list[dict] | None = None, **kw) -> Iterator[Event]:
+        return self.generate(self.render(messages, tools), **kw)
+
+    # ---- generation ---------------------------------------------------------------------
+
+    def _reuse_prefix(self, prompt: Sequence[int]) -> int:
+        """Rewind caches to the longest reusable prefix; returns how many prompt tokens it has."""
+        keep = min(common_prefix(self.tokens, prompt), len(prompt) - 1, self.tcache.offset)
+        self.tcache.rewind_to(keep)
+        keep = self.tcache.offset  # 0 when the cache could not trim
+        if self.speculator is not None:
+            self.speculator.rewind_to(keep)
+        self.tokens = list(prompt)
+        return keep
+
+    def _reconcile(self) -> None:
+        """Make every cache a prefix of `self.tokens` again (after a stop or an interrupt)."""
+        self.tcache.rewind_to(len(self.tokens))
+        if self.speculator is not None:
+            self.speculator.rewind_to(min(len(self.tokens), self.tcache.offset))
+
+    def generate(
+        self,
+        prompt: Sequence[int],
+        params: SamplingParams = SamplingParams(),
+        max_tokens: int = 512,
+        constraint: TokenConstraint | None = None,
+        stop_tokens: set[int] | None = None,
+    ) -> Iterator[Event]:
+        if not prompt:
+            raise ValueError("empty prompt")
+        if self.context_limit and len(prompt) >= self.context_limit:
+            raise ContextOverflowError(
+                f"prompt of {len(prompt)} tokens exceeds the model's context of {self.context_limit}"
+            )
+        if self.context_limit:
+            max_tokens = min(max_tokens, self.context_limit - len(prompt))
+        stop = set(self.target.eos_ids) if stop_tokens is None else set(stop_tokens)
+        tally = _Tally()
+        mx.reset_peak_memory()
+        finish = "interrupted"
+        try:
+            cached = self._reuse_prefix(prompt)
+            todo = list(prompt[cached:-1])
+            if todo:
+                for start in range(0, len(todo), self.prefill_chunk):
+                    piece = todo[start : start + self.prefill_chunk]
+                    prefill(self.target.model, piece, self.tcache.cache, chunk=len(piece))
+                    done = min(start + self.prefill_chunk, len(todo))
+                    if len(todo) > self.prefill_chunk:
+                        yield PrefillProgress(done, len(todo))
+            detok = self.tokenizer.detokenizer
+            detok.reset()
+            finish = "length"
+            for toks, drafted in self._decode(prompt[-1], params, constraint, max_tokens):
+                if not tally.first:
+                    tally.first = time.perf_counter()
+                out: list[int] = []
+                flags: list[bool] = []
+                for t, d in zip(toks, drafted):
+                    self.tokens.append(t)
+                    tally.generated += 1
+                    if t in stop:
+                        finish = "stop"
+                        break
+                    detok.add_token(t)
+                    out.append(t)
+                    flags.append(d)
+                    if tally.generated >= max_tokens:
+                        break
+                if out:
+                    yield TextDelta(detok.last_segment, tuple(out), tuple(flags))
+                if finish == "stop" or tally.generated >= max_tokens:
+                    break
+            detok.finalize()
+            if detok.last_segment:
+                yield TextDelta(detok.last_segment, (), ())
+        finally:
+            self._reconcile()
+        yield self._stats(prompt, cached, tally, finish)
+
+    def _decode(
+        self, pending: int, params: SamplingParams, constraint, max_tokens: int
+    ) -> Iterator[tuple[list[int], list[bool]]]:
+        """Batches of (tokens, from_draft) until the caller stops."""
+        if self.speculator is not None and self.speculator.wants(params, max_tokens):
+            yield from self.speculator.decode(self, pending, params, constraint)
+            return
+        gen = plain_decode(self.target.model, self.tcache.cache, pending, params, constraint)
+        try:
+            for tok in gen:
+                yield [tok], [False]
+        finally:
+            gen.close()
+
+    def _stats(self, prompt, cached: int, tally: _Tally, finish: str) -> GenerationStats:
+        end = time.perf_counter()
+        first = tally.first or end
+        prefill_s = first - tally.start
+        decode_s = end - first
+        new_prompt = len(prompt) - cached
+        extra = self.speculator.stats() if self.speculator is not None else {}
+        return GenerationStats(
+            prompt_tokens=len(prompt),
+            cached_tokens=cached,
+            generated_tokens=tally.generated,
+            prefill_s=prefill_s,
+            prefill_tps=new_prompt / prefill_s if prefill_s > 0 else 0.0,
+            decode_s=decode_s,
+            decode_tps=(tally.generated - 1) / decode_s if decode_s > 0 and tally.generated > 1 else 0.0,
+            ttft_s=prefill_s,
+            peak_memory_gb=mx.get_peak_memory() / 1e9,
+            finish_reason=finish,
+            context_tokens=len(self.tokens),
+            context_limit=self.context_limit,
+            **extra,
+        )

@@ -1,0 +1,83 @@
+"""The lowest layer: one forward pass, and plain token-by-token decoding.
+
+Cache invariant used across the engine: a model's KV cache holds a prefix of the
+session's token history, and its offset says how long; the token sampled last ("pending")
+is not in the cache until the next step feeds it.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Iterator, Protocol, Sequence
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .sampling import SamplingParams, apply_mask, sample
+
+
+class TokenConstraint(Protocol):
+    """A logits hook that sees every position the engine samples or verifies.
+
+    `masks(draft)` returns a (len(draft)+1, V) boolean array: row i lists the tokens allowed
+    after the constraint's current state advanced by `draft[:i]` (rows after an invalid
+    draft token may be anything; that token is rejected). `consume` advances the state by
+    accepted tokens; `forced` lists tokens the constraint determines (free drafts).
+    """
+
+    def masks(self, draft: Sequence[int]) -> mx.array | None: ...
+
+    def consume(self, tokens: Sequence[int]) -> None: ...
+
+    def forced(self) -> list[int]: ...
+
+    def done(self) -> bool: ...
+
+
+def forward(model: nn.Module, tokens: Sequence[int] | mx.array, cache: list) -> mx.array:
+    """Feed `tokens` (1-D) to the model with its cache; (n, V) logits for every position."""
+    x = tokens if isinstance(tokens, mx.array) else mx.array(list(tokens), dtype=mx.uint32)
+    return model(x[None], cache=cache)[0]
+
+
+def prefill(
+    model: nn.Module,
+    tokens: Sequence[int],
+    cache: list,
+    chunk: int = 512,
+    on_progress: Callable[[int, int], None] | None = None,
+) -> None:
+    """Feed `tokens` into the cache in chunks (logits discarded)."""
+    total = len(tokens)
+    for start in range(0, total, chunk):
+        forward(model, tokens[start : start + chunk], cache)
+        mx.eval([c.state for c in cache])
+        if on_progress:
+            on_progress(min(start + chunk, total), total)
+
+
+def plain_decode(
+    model: nn.Module,
+    cache: list,
+    pending: int,
+    params: SamplingParams,
+    constraint: TokenConstraint | None = None,
+) -> Iterator[int]:
+    """Endless plain decoding: feed `pending`, yield the sampled token, repeat.
+
+    Without a constraint the next step's graph is queued before the current token is read
+    (`async_eval`), overlapping Python work with compute; so when the caller stops, the cache
+    may already hold the last yielded token. Callers track the cache by its offset.
+    """
+    if constraint is not None:
+        while True:
+            logits = forward(model, [pending], cache)
+            pending = int(sample(apply_mask(logits, constraint.masks([])), params).item())
+            constraint.consume([pending])
+            yield pending
+    nxt = sample(forward(model, [pending], cache), params)
+    mx.async_eval(nxt)
+    while True:
+        cur = nxt
+        nxt = sample(forward(model, cur, cache), params)
+        mx.async_eval(nxt)
+        yield int(cur.item())

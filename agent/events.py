@@ -1,0 +1,168 @@
+"""Every event the engine and the agent loop emit, as frozen dataclasses.
+
+The engine computes figures; UIs (the `-p` renderers, the TUI status bar) only show them.
+This module imports nothing heavy so that any UI can import it cheaply.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Event:
+    """Base class: `to_dict()` gives a JSON-ready dict with a `type` field."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["type"] = _snake(type(self).__name__)
+        return d
+
+
+def _snake(name: str) -> str:
+    return "".join("_" + c.lower() if c.isupper() else c for c in name).lstrip("_")
+
+
+# ---- engine events ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PrefillProgress(Event):
+    """Prompt processing progress: `done` of `total` new (uncached) prompt tokens."""
+
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class TextDelta(Event):
+    """Newly decoded text with the tokens behind it; `from_draft[i]` says token i was a
+    drafted token the target accepted (False for the target's own token each round)."""
+
+    text: str
+    tokens: tuple[int, ...]
+    from_draft: tuple[bool, ...] = ()
+
+
+@dataclass(frozen=True)
+class GenerationStats(Event):
+    """Figures for one generation call (one model turn)."""
+
+    prompt_tokens: int
+    cached_tokens: int  # prompt tokens whose KV came from the session's cache
+    generated_tokens: int
+    prefill_s: float
+    prefill_tps: float
+    decode_s: float
+    decode_tps: float
+    ttft_s: float
+    peak_memory_gb: float
+    finish_reason: str  # "stop" (EOS / stop token), "length", "grammar", "interrupted"
+    context_tokens: int = 0  # tokens in the session's context after this call
+    context_limit: int = 0
+    speculative: bool = False
+    drafter: str = ""
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    k: int = 0
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        return self.accepted / self.rounds if self.rounds else 0.0
+
+    @property
+    def cache_hit_rate(self) -> float:
+        return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = super().to_dict()
+        d.update(
+            acceptance_rate=self.acceptance_rate,
+            mean_accepted=self.mean_accepted,
+            cache_hit_rate=self.cache_hit_rate,
+        )
+        return d
+
+
+@dataclass(frozen=True)
+class SpeculationChanged(Event):
+    """Adaptive speculation changed K or switched drafting on/off, and why."""
+
+    enabled: bool
+    k: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class Warning(Event):  # noqa: A001 - the event's natural name
+    message: str
+
+
+# ---- agent events ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TurnStarted(Event):
+    turn: int
+
+
+@dataclass(frozen=True)
+class AssistantMessage(Event):
+    """The model's full text for one turn (tool-call markup removed)."""
+
+    text: str
+    turn: int
+
+
+@dataclass(frozen=True)
+class ToolCallStarted(Event):
+    call_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCallFinished(Event):
+    call_id: str
+    name: str
+    ok: bool
+    output: str
+
+
+@dataclass(frozen=True)
+class ApprovalRequired(Event):
+    """A tool call needs the user's approval and none could be asked (non-interactive)."""
+
+    call_id: str
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class TurnStats(Event):
+    turn: int
+    stats: GenerationStats
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"type": "turn_stats", "turn": self.turn, **self.stats.to_dict()} | {
+            "type": "turn_stats"
+        }
+
+
+@dataclass(frozen=True)
+class AgentResult(Event):
+    """The final event of a run."""
+
+    is_error: bool
+    result: str
+    num_turns: int
+    usage: dict[str, Any] = field(default_factory=dict)
+    error: str = ""

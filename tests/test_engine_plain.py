@@ -1,0 +1,119 @@
+"""Plain engine: oracle equality with mlx-lm, sampling filters, stats, prefix reuse."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import pytest
+
+from agent.engine.sampling import SamplingParams, log_probs
+from agent.engine.session import Session
+from agent.events import GenerationStats, PrefillProgress, TextDelta
+
+
+def oracle_greedy(lm, prompt: list[int], n: int) -> list[int]:
+    from mlx_lm.generate import generate_step
+
+    out = []
+    for tok, _ in generate_step(mx.array(prompt), lm.model, max_tokens=n):
+        out.append(int(tok))
+    return out
+
+
+def run(session: Session, prompt, **kw):
+    events = list(session.generate(prompt, **kw))
+    toks = [t for e in events if isinstance(e, TextDelta) for t in e.tokens]
+    stats = [e for e in events if isinstance(e, GenerationStats)]
+    assert len(stats) == 1
+    return toks, stats[0], events
+
+
+def chat_prompt(lm, text: str) -> list[int]:
+    return Session(lm).render([{"role": "user", "content": text}])
+
+
+@pytest.mark.parametrize("fixture", ["llama", "qwen2"])
+def test_greedy_equals_mlx_lm_random_models(fixture, request, tokenizer_dir):
+    from agent.engine.loading import load_model
+
+    lm = request.getfixturevalue(fixture) if fixture == "llama" else load_model(
+        str(request.getfixturevalue("qwen2_dir")), device="cpu"
+    )
+    prompt = chat_prompt(lm, "def add(a, b):\n    return a + b\n")
+    want = oracle_greedy(lm, prompt, 120)
+    got, stats, _ = run(Session(lm), prompt, max_tokens=120, stop_tokens=set())
+    assert len(got) == 120 and got == want
+
+
+@pytest.mark.embedded
+def test_greedy_equals_mlx_lm_embedded(embedded):
+    prompt = chat_prompt(embedded, "Write a Python function that reverses a string.")
+    want = oracle_greedy(embedded, prompt, 100)
+    got, stats, _ = run(Session(embedded), prompt, max_tokens=100)
+    n = min(len(got), len(want))
+    assert n >= 30 and got[:n] == want[:n]
+
+
+@pytest.mark.embedded
+def test_embedded_answers_coding_request(embedded):
+    prompt = chat_prompt(embedded, "Write a Python function that returns the sum of a list.")
+    _, stats, events = run(Session(embedded), prompt, max_tokens=80)
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    assert "def " in text
+    assert stats.decode_tps > 0 and stats.prefill_tps > 0 and stats.ttft_s > 0
+
+
+def test_max_tokens_and_stats(llama):
+    prompt = chat_prompt(llama, "hello")
+    toks, stats, _ = run(Session(llama), prompt, max_tokens=7, stop_tokens=set())
+    if stats.finish_reason == "length":
+        assert len(toks) == 7
+    assert stats.prompt_tokens == len(prompt) and stats.cached_tokens == 0
+    assert stats.peak_memory_gb > 0
+
+
+def test_prefill_progress_events(llama):
+    s = Session(llama, prefill_chunk=16)
+    prompt = chat_prompt(llama, "x = 1\n" * 30)
+    _, _, events = run(s, prompt, max_tokens=2)
+    prog = [e for e in events if isinstance(e, PrefillProgress)]
+    assert prog and prog[-1].done == prog[-1].total == len(prompt) - 1
+    assert [p.done for p in prog] == sorted(p.done for p in prog)
+
+
+def test_prefix_reuse_warm_equals_cold(llama):
+    p1 = chat_prompt(llama, "first question about lists")
+    warm = Session(llama)
+    t1, _, _ = run(warm, p1, max_tokens=20, stop_tokens=set())
+    p2 = p1 + t1 + chat_prompt(llama, "and a follow up")[:10]
+    t2_warm, stats, _ = run(warm, p2, max_tokens=30, stop_tokens=set())
+    t2_cold, cold_stats, _ = run(Session(llama), p2, max_tokens=30, stop_tokens=set())
+    assert t2_warm == t2_cold
+    assert stats.cached_tokens >= len(p1) and cold_stats.cached_tokens == 0
+
+
+def test_interrupted_generation_leaves_consistent_cache(llama):
+    s = Session(llama)
+    prompt = chat_prompt(llama, "interrupt me")
+    gen = s.generate(prompt, max_tokens=50, stop_tokens=set())
+    for e in gen:
+        if isinstance(e, TextDelta):
+            break
+    gen.close()
+    assert s.tcache.offset <= len(s.tokens)
+    again, _, _ = run(s, prompt, max_tokens=15, stop_tokens=set())
+    cold, _, _ = run(Session(llama), prompt, max_tokens=15, stop_tokens=set())
+    assert again == cold
+
+
+def test_sampling_filters():
+    logits = mx.log(mx.array([[0.5, 0.3, 0.15, 0.05]]))
+    lp = log_probs(logits, SamplingParams(temperature=1.0, top_k=2))
+    assert mx.isinf(lp[0, 2:]).all().item() and abs(mx.exp(lp).sum().item() - 1) < 1e-5
+    lp = log_probs(logits, SamplingParams(temperature=1.0, top_p=0.7))
+    assert mx.isfinite(lp[0, :2]).all().item() and mx.isinf(lp[0, 2:]).all().item()
+    lp = log_probs(logits, SamplingParams(temperature=1.0, min_p=0.35))
+    assert mx.isfinite(lp[0, :2]).all().item() and mx.isinf(lp[0, 2:]).all().item()
+    lp = log_probs(logits, SamplingParams(temperature=1.0))
+    assert mx.allclose(mx.exp(lp), mx.array([[0.5, 0.3, 0.15, 0.05]]), atol=1e-5).item()
+    with pytest.raises(ValueError):
+        SamplingParams(top_p=0).validate()
