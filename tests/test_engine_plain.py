@@ -117,3 +117,16 @@ def test_sampling_filters():
     assert mx.allclose(mx.exp(lp), mx.array([[0.5, 0.3, 0.15, 0.05]]), atol=1e-5).item()
     with pytest.raises(ValueError):
         SamplingParams(top_p=0).validate()
+
+
+def test_stop_strings_cut_text(llama):
+    prompt = chat_prompt(llama, "stop test")
+    toks, _, events = run(Session(llama), prompt, max_tokens=40, stop_tokens=set())
+    text = "".join(e.text for e in events if isinstance(e, TextDelta))
+    needle = text[10:13]
+    assert len(needle) == 3
+    _, stats, ev2 = run(Session(llama), prompt, max_tokens=40, stop_tokens=set(),
+                        stop_strings=[needle])
+    text2 = "".join(e.text for e in ev2 if isinstance(e, TextDelta))
+    assert stats.finish_reason == "stop_string"
+    assert text2.endswith(needle) and text2 == text[: text.find(needle) + 3]

@@ -34,6 +34,18 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     return n
 
 
+def _find_stop(before: str, seg: str, stops: Sequence[str]) -> int | None:
+    """Index in `seg` just past the first stop string completed by `seg`, or None."""
+    best = None
+    for s in stops:
+        start = max(0, len(before) - len(s) + 1)
+        i = (before[start:] + seg).find(s)
+        if i >= 0:
+            end = i + len(s) - (len(before) - start)
+            best = end if best is None else min(best, end)
+    return best
+
+
 class ModelCache:
     """One model's KV cache and how many history tokens it holds."""
 
@@ -122,7 +134,11 @@ class Session:
         max_tokens: int = 512,
         constraint: TokenConstraint | None = None,
         stop_tokens: set[int] | None = None,
+        stop_strings: Sequence[str] = (),
     ) -> Iterator[Event]:
+        """Stream one model turn for `prompt`. Stops at EOS (`stop_tokens` replaces the EOS
+        set when given), after `max_tokens`, or once the text contains a `stop_strings` entry
+        (the text is cut right after it; finish_reason "stop_string")."""
         if not prompt:
             raise ValueError("empty prompt")
         if self.context_limit and len(prompt) >= self.context_limit:
@@ -147,6 +163,7 @@ class Session:
                         yield PrefillProgress(done, len(todo))
             detok = self.tokenizer.detokenizer
             detok.reset()
+            text_so_far = ""
             finish = "length"
             for toks, drafted in self._decode(prompt[-1], params, constraint, max_tokens):
                 if not tally.first:
@@ -165,11 +182,16 @@ class Session:
                     if tally.generated >= max_tokens:
                         break
                 if out:
-                    yield TextDelta(detok.last_segment, tuple(out), tuple(flags))
-                if finish == "stop" or tally.generated >= max_tokens:
+                    seg = detok.last_segment
+                    cut = _find_stop(text_so_far, seg, stop_strings)
+                    if cut is not None:
+                        seg, finish = seg[:cut], "stop_string"
+                    text_so_far += seg
+                    yield TextDelta(seg, tuple(out), tuple(flags))
+                if finish in ("stop", "stop_string") or tally.generated >= max_tokens:
                     break
             detok.finalize()
-            if detok.last_segment:
+            if detok.last_segment and finish != "stop_string":
                 yield TextDelta(detok.last_segment, (), ())
         finally:
             self._reconcile()
