@@ -165,7 +165,11 @@ class Session:
             detok.reset()
             text_so_far = ""
             finish = "length"
-            for toks, drafted in self._decode(prompt[-1], params, constraint, max_tokens):
+            for item in self._decode(prompt[-1], params, constraint, max_tokens):
+                if isinstance(item, Event):  # e.g. SpeculationChanged
+                    yield item
+                    continue
+                toks, drafted = item
                 if not tally.first:
                     tally.first = time.perf_counter()
                 out: list[int] = []

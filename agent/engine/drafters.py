@@ -1,0 +1,191 @@
+"""Drafters: what proposes tokens for the target to verify.
+
+One small interface: `propose(history, k, params, constraint)` returns up to k tokens (and,
+for a model drafter sampling at temperature > 0, the draft distribution they were drawn from);
+`rewind_to(n)` keeps the drafter consistent when the session's history is cut back to n tokens.
+`history` is the session's token list; its last token is the pending one (not yet verified
+into the target cache). Drafters never touch the target's cache.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+import mlx.core as mx
+
+from .loading import LoadedModel
+from .sampling import SamplingParams, apply_mask, log_probs
+from .step import TokenConstraint, forward, prefill
+
+
+@dataclass
+class Draft:
+    tokens: list[int]
+    # (len(tokens), V) log-probabilities the tokens were drawn from; None = deterministic
+    # proposal (point mass), as for lookup or greedy drafting.
+    logq: mx.array | None = None
+    source: str = ""
+
+
+class Drafter(Protocol):
+    name: str
+
+    def propose(self, history: Sequence[int], k: int, params: SamplingParams,
+                constraint: TokenConstraint | None = None) -> Draft: ...
+
+    def rewind_to(self, n: int) -> None: ...
+
+
+class DraftModel:
+    """A smaller model with its own KV cache, kept a prefix of the session's history."""
+
+    name = "model"
+
+    def __init__(self, lm: LoadedModel, min_confidence: float = 0.0):
+        from .session import ModelCache
+
+        self.lm = lm
+        self.cache = ModelCache(lm)
+        self.fed: list[int] = []  # tokens in the draft cache (a prefix of the history)
+        # Stop drafting once the draft's own top probability falls below this (greedy only).
+        self.min_confidence = min_confidence
+
+    def rewind_to(self, n: int) -> None:
+        self.cache.rewind_to(n)
+        del self.fed[self.cache.offset :]
+
+    def _sync(self, history: Sequence[int]) -> list[int]:
+        """Rewind to the common prefix with `history`; return the tokens still to feed."""
+        n = 0
+        limit = min(len(self.fed), len(history) - 1)
+        while n < limit and self.fed[n] == history[n]:
+            n += 1
+        self.rewind_to(n)
+        return list(history[self.cache.offset :])
+
+    def propose(self, history, k, params, constraint=None) -> Draft:
+        todo = self._sync(history)
+        if len(todo) > 1:  # catch up (a new prompt, or tokens fed while drafting was off)
+            prefill(self.lm.model, todo[:-1], self.cache.cache)
+            self.fed.extend(todo[:-1])
+            todo = todo[-1:]
+        out: list[int] = []
+        logqs: list[mx.array] = []
+        for i in range(k):
+            logits = forward(self.lm.model, todo, self.cache.cache)[-1:]
+            self.fed.extend(todo)
+            if constraint is not None:
+                logits = apply_mask(logits, constraint.masks(out)[-1:])
+            if params.greedy:
+                lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+                tok = mx.argmax(lp, axis=-1)
+            else:
+                lp = log_probs(logits, params)
+                tok = mx.random.categorical(lp, axis=-1)
+            # Stop early where the draft itself is unsure: such tokens are rarely accepted.
+            if i > 0 and self.min_confidence > 0 and mx.exp(mx.max(lp)).item() < self.min_confidence:
+                break
+            if not params.greedy:
+                logqs.append(lp)
+            t = int(tok.item())
+            out.append(t)
+            todo = [t]
+        # The last proposed token was not fed; the cache holds history + out[:-1].
+        logq = mx.concatenate(logqs, axis=0)[: len(out)] if logqs else None
+        return Draft(out, logq, self.name)
+
+
+class PromptLookup:
+    """N-gram lookup: continue the longest recent n-gram match in the history or extra text.
+
+    No model call. An index maps each n-gram (min_n..max_n) to the position after its latest
+    occurrence; it is updated incrementally as the history grows and rebuilt when it shrinks.
+    """
+
+    name = "lookup"
+
+    def __init__(self, max_n: int = 4, min_n: int = 2, extra: Sequence[int] = ()):
+        self.max_n, self.min_n = max_n, min_n
+        self.hist: list[int] = []
+        self.index: dict[tuple[int, ...], int] = {}
+        self.extra = list(extra)
+        self.extra_index = self._build(self.extra, len(self.extra))
+        self.last_match = 0  # n of the last successful match (0 = none)
+
+    def set_extra(self, tokens: Sequence[int]) -> None:
+        """Extra text to copy from, e.g. the file being edited (tokenized)."""
+        self.extra = list(tokens)
+        self.extra_index = self._build(self.extra, len(self.extra))
+
+    def _build(self, seq: Sequence[int], upto: int, index: dict | None = None,
+               start: int = 0) -> dict:
+        index = {} if index is None else index
+        for end in range(max(start, self.min_n), upto):
+            for n in range(self.min_n, min(self.max_n, end) + 1):
+                index[tuple(seq[end - n : end])] = end
+        return index
+
+    def rewind_to(self, n: int) -> None:
+        if n < len(self.hist):
+            self.hist = self.hist[:n]
+            self.index = self._build(self.hist, len(self.hist))
+
+    def _update(self, history: Sequence[int]) -> None:
+        n = 0
+        limit = min(len(self.hist), len(history))
+        while n < limit and self.hist[n] == history[n]:
+            n += 1
+        self.rewind_to(n)
+        old = len(self.hist)
+        self.hist.extend(history[old:])
+        # Index n-grams that have at least one continuation token (end < len).
+        self._build(self.hist, len(self.hist), self.index, start=max(old - 1, 0))
+
+    def match(self, history: Sequence[int], k: int) -> tuple[int, list[int]]:
+        """(n, continuation) for the longest suffix n-gram seen before; (0, []) if none."""
+        self._update(history)
+        for n in range(min(self.max_n, len(history)), self.min_n - 1, -1):
+            key = tuple(history[-n:])
+            end = self.index.get(key)
+            if end is not None and end < len(self.hist):
+                return n, _continue(self.hist, end, k)
+            end = self.extra_index.get(key)
+            if end is not None and end < len(self.extra):
+                return n, self.extra[end : end + k]
+        return 0, []
+
+    def propose(self, history, k, params, constraint=None) -> Draft:
+        n, cont = self.match(history, k)
+        self.last_match = n
+        return Draft(cont, None, self.name)
+
+
+def _continue(seq: Sequence[int], end: int, k: int) -> list[int]:
+    """seq[end:end+k], extended periodically past the end of seq: a match close to the end
+    means the text repeats with period len(seq) - end, so the draft repeats it too."""
+    out: list[int] = []
+    for i in range(k):
+        j = end + i
+        out.append(seq[j] if j < len(seq) else out[j - len(seq)])
+    return out
+
+
+class Combined:
+    """Lookup when it has a confident (long enough) match, the draft model otherwise."""
+
+    name = "combined"
+
+    def __init__(self, model: DraftModel, lookup: PromptLookup, confident_n: int = 3):
+        self.model, self.lookup, self.confident_n = model, lookup, confident_n
+        self.lookup_k = 8  # set per round by the Speculator from lookup's own acceptance
+
+    def rewind_to(self, n: int) -> None:
+        self.model.rewind_to(n)
+        self.lookup.rewind_to(n)
+
+    def propose(self, history, k, params, constraint=None) -> Draft:
+        n, cont = self.lookup.match(history, self.lookup_k)
+        if n >= self.confident_n and cont:
+            return Draft(cont, None, self.lookup.name)
+        return self.model.propose(history, k, params, constraint)

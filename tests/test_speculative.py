@@ -1,0 +1,271 @@
+"""Speculative engine: greedy identity, exact sampling, cache rewinds, pairing checks."""
+
+from __future__ import annotations
+
+import math
+
+import mlx.core as mx
+import pytest
+
+from agent.engine.drafters import Combined, Draft, DraftModel, PromptLookup
+from agent.engine.errors import PairingError
+from agent.engine.loading import LoadedModel
+from agent.engine.sampling import SamplingParams
+from agent.engine.session import Session
+from agent.engine.speculative import SpecPolicy, Speculator, verify_round
+from agent.events import GenerationStats, SpeculationChanged, TextDelta
+
+
+def run(session: Session, prompt, **kw):
+    toks, stats, events = [], None, []
+    for e in session.generate(prompt, **kw):
+        events.append(e)
+        if isinstance(e, TextDelta):
+            toks += e.tokens
+        elif isinstance(e, GenerationStats):
+            stats = e
+    return toks, stats, events
+
+
+def make_drafter(kind: str, draft: LoadedModel):
+    if kind == "model":
+        return DraftModel(draft)
+    if kind == "lookup":
+        return PromptLookup()
+    return Combined(DraftModel(draft), PromptLookup())
+
+
+PROMPTS = ["def add(a, b):\n    return a + b\n", "import os\nprint(os.getcwd())",
+           "class A:\n    pass\n"]
+
+
+@pytest.mark.parametrize("k", range(1, 9))
+@pytest.mark.parametrize("kind", ["model", "lookup", "combined"])
+def test_greedy_identical_to_plain(pair, k, kind):
+    target, draft = pair
+    prompt = Session(target).render([{"role": "user", "content": PROMPTS[k % 3]}])
+    want, _, _ = run(Session(target), prompt, max_tokens=96, stop_tokens=set())
+    spec = Session(target, speculator=Speculator(make_drafter(kind, draft),
+                                                 SpecPolicy(mode="on", fixed_k=k)))
+    got, stats, _ = run(spec, prompt, max_tokens=96, stop_tokens=set())
+    assert got == want
+    assert stats.speculative and stats.rounds > 1
+    assert stats.generated_tokens == 96
+    assert stats.accepted <= stats.drafted
+
+
+def test_greedy_identical_across_turns_adaptive(pair):
+    """Multi-turn with adaptive K and auto-off: each warm turn equals a cold plain run."""
+    target, draft = pair
+    spec = Session(target, speculator=Speculator(make_drafter("combined", draft)))
+    history = [{"role": "user", "content": "first"}]
+    for turn in range(3):
+        prompt = spec.render(history)
+        got, stats, _ = run(spec, prompt, max_tokens=40, stop_tokens=set())
+        want, _, _ = run(Session(target), prompt, max_tokens=40, stop_tokens=set())
+        assert got == want, f"turn {turn}"
+        if turn:
+            assert stats.cached_tokens > 0
+        history += [{"role": "assistant", "content": target.tokenizer.decode(got)},
+                    {"role": "user", "content": f"next {turn}"}]
+
+
+def _early_exit_draft(lm: LoadedModel, layers: int) -> LoadedModel:
+    """A draft that shares the target's weights but runs only its first `layers` layers."""
+    from mlx_lm.models.llama import Model
+
+    m = Model(lm.model.args)
+    m.update(lm.model.parameters())
+    m.model.layers = m.model.layers[:layers]
+    m.args = lm.model.args
+    return LoadedModel(m, lm.tokenizer, lm.name + "-early", lm.source, lm.dtype, lm.device)
+
+
+@pytest.mark.embedded
+@pytest.mark.parametrize("kind", ["model", "lookup", "combined"])
+def test_greedy_identical_embedded(embedded, kind):
+    draft = _early_exit_draft(embedded, 20)
+    prompt = Session(embedded).render(
+        [{"role": "user", "content": "Rewrite this with a docstring:\ndef area(r):\n    return 3.14159 * r * r\n"}])
+    want, _, _ = run(Session(embedded), prompt, max_tokens=80)
+    spec = Session(embedded, speculator=Speculator(make_drafter(kind, draft),
+                                                   SpecPolicy(mode="on", fixed_k=4)))
+    got, stats, _ = run(spec, prompt, max_tokens=80)
+    assert got == want and stats.rounds > 0
+
+
+def _greedy_continuation(lm: LoadedModel, prompt: list[int], n: int) -> list[int]:
+    toks, _, _ = run(Session(lm), prompt, max_tokens=n, stop_tokens=set())
+    return toks
+
+
+@pytest.mark.parametrize("accept", range(0, 5))
+def test_cache_offsets_for_every_rejection_pattern(pair, accept):
+    from mlx_lm.models.cache import make_prompt_cache
+
+    target, _ = pair
+    prompt = Session(target).render([{"role": "user", "content": "offsets"}])
+    truth = _greedy_continuation(target, prompt, 6)
+    cache = make_prompt_cache(target.model)
+    from agent.engine.step import prefill
+
+    prefill(target.model, prompt[:-1], cache)
+    before = cache[0].offset
+    vocab = target.vocab_size
+    draft = truth[:4]
+    if accept < 4:
+        draft[accept] = (draft[accept] + 1) % vocab  # the first wrong token
+    emitted, n = verify_round(target.model, cache, prompt[-1], Draft(draft),
+                              SamplingParams())
+    assert n == accept
+    assert emitted == truth[: accept + 1]
+    assert cache[0].offset == before + 1 + accept
+    # Continuing from the rewound cache gives the plain continuation.
+    emitted2, _ = verify_round(target.model, cache, emitted[-1], Draft([]), SamplingParams())
+    assert emitted2 == [truth[accept + 1]]
+
+
+def test_mismatched_tokenizer_refused(tmp_path, pair):
+    from agent.config import Config
+    from agent.engine.loading import load_model
+    from agent.engine.synthetic import random_model_folder, train_tokenizer
+    from agent.runtime import make_speculator
+
+    other_tok = tmp_path / "tok"
+    train_tokenizer(other_tok, vocab_size=400)
+    other = load_model(str(random_model_folder(tmp_path / "m", other_tok)), device="cpu")
+    target, _ = pair
+    with pytest.raises(PairingError, match="different tokenizer: 400 tokens vs the target's 512"):
+        make_speculator(Config(draft_model="x"), target, other)
+
+
+def test_pairing_warns_on_memory_headroom(pair):
+    from agent.engine.pairing import pairing_warnings
+
+    target, draft = pair
+    assert not [w for w in pairing_warnings(target, draft, 4096, 0.0) if "headroom" in w]
+    warns = pairing_warnings(target, draft, 4096, headroom_gb=1e6)
+    assert any("headroom" in w for w in warns)
+
+
+def test_auto_mode_switches_off_when_slower(pair):
+    """A lookup drafter on text it cannot predict: the measured speedup is < 1 → off."""
+    target, _ = pair
+    spec = Speculator(PromptLookup(min_n=1, max_n=1), SpecPolicy(mode="auto", probe_rounds=2,
+                                                                 plain_probe=2))
+    spec.spec_tps.add(1.0)  # pretend speculation measured slow so far
+    spec.plain_tps.add(1e6)
+    s = Session(target, speculator=spec)
+    prompt = s.render([{"role": "user", "content": "x"}])
+    want, _, _ = run(Session(target), prompt, max_tokens=60, stop_tokens=set())
+    got, _, events = run(s, prompt, max_tokens=60, stop_tokens=set())
+    assert got == want
+    changes = [e for e in events if isinstance(e, SpeculationChanged)]
+    assert changes and changes[0].enabled is False and "speedup" in changes[0].reason
+
+
+def test_lookup_proposes_from_extra_text_and_history():
+    lk = PromptLookup(max_n=3, min_n=2, extra=[9, 8, 7, 6, 5])
+    n, cont = lk.match([1, 2, 8, 7], 3)
+    assert (n, cont) == (2, [6, 5])
+    n, cont = lk.match([1, 2, 3, 4, 1, 2, 3], 4)
+    assert n == 3 and cont == [4, 1, 2, 3]
+    n, cont = lk.match([5, 5, 5, 5], 4)  # periodic continuation past the end
+    assert cont == [5, 5, 5, 5]
+    assert lk.match([1, 2, 3, 4, 1, 2, 3, 42], 2) == (0, [])
+
+
+# ---- exact sampling ----------------------------------------------------------------------
+
+
+def _chi2_critical(df: int, z: float = 3.09) -> float:
+    """Upper critical value of chi-square (p ≈ 0.001) by Wilson–Hilferty."""
+    return df * (1 - 2 / (9 * df) + z * math.sqrt(2 / (9 * df))) ** 3
+
+
+def _chi2(counts: dict, probs: dict, n: int) -> tuple[float, int]:
+    stat, df = 0.0, -1
+    for key, p in probs.items():
+        if p * n < 5:
+            continue
+        stat += (counts.get(key, 0) - n * p) ** 2 / (n * p)
+        df += 1
+    return stat, df
+
+
+@pytest.fixture(scope="module")
+def tiny_vocab_pair():
+    """Random llama target/draft with an 8-token vocabulary (no tokenizer needed)."""
+    from mlx_lm.models.llama import Model, ModelArgs
+
+    def make(layers, seed):
+        mx.random.seed(seed)
+        args = ModelArgs(model_type="llama", hidden_size=16, num_hidden_layers=layers,
+                         intermediate_size=32, num_attention_heads=2, num_key_value_heads=1,
+                         rms_norm_eps=1e-5, vocab_size=8, rope_theta=10000.0)
+        m = Model(args)
+        mx.eval(m.parameters())
+        return m
+
+    return make(2, 10), make(1, 11)
+
+
+def _two_token_dist(model, prefix, params):
+    """Exact plain-sampling distribution of the next two tokens."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from agent.engine.sampling import log_probs
+    from agent.engine.step import forward
+
+    out = {}
+    cache = make_prompt_cache(model)
+    p1 = mx.exp(log_probs(forward(model, prefix, cache)[-1:], params))[0].tolist()
+    for a, pa in enumerate(p1):
+        if pa == 0:
+            continue
+        c = make_prompt_cache(model)
+        p2 = mx.exp(log_probs(forward(model, [*prefix, a], c)[-1:], params))[0].tolist()
+        for b, pb in enumerate(p2):
+            out[(a, b)] = pa * pb
+    return out
+
+
+@pytest.mark.parametrize("drafter", ["model", "lookup"])
+@pytest.mark.parametrize("params", [SamplingParams(temperature=1.0),
+                                    SamplingParams(temperature=0.8, top_k=5, top_p=0.9)])
+def test_sampling_is_exact(tiny_vocab_pair, drafter, params):
+    """First two emitted tokens of a speculative round ~ plain sampling (chi-square)."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from agent.engine.sampling import log_probs
+    from agent.engine.step import forward, prefill
+
+    target, draft_model = tiny_vocab_pair
+    prefix = [1, 5, 2, 7]
+    want = _two_token_dist(target, prefix, params)
+    mx.random.seed(1234)
+    dcache_base = make_prompt_cache(draft_model)
+    q1 = log_probs(forward(draft_model, prefix, dcache_base)[-1:], params)
+    counts: dict = {}
+    n = 3000
+    for _ in range(n):
+        cache = make_prompt_cache(target)
+        prefill(target, prefix[:-1], cache)
+        if drafter == "model":  # draw d1 ~ q1, then d2 ~ q2(.|d1)
+            d1 = int(mx.random.categorical(q1).item())
+            dc = make_prompt_cache(draft_model)
+            q2 = log_probs(forward(draft_model, [*prefix, d1], dc)[-1:], params)
+            d2 = int(mx.random.categorical(q2).item())
+            d = Draft([d1, d2], mx.concatenate([q1, q2]))
+        else:  # a fixed deterministic proposal, as from n-gram lookup
+            d = Draft([3, 3])
+        emitted, _ = verify_round(target, cache, prefix[-1], d, params)
+        if len(emitted) < 2:  # rejected at 1: draw the second token by a plain step
+            emitted += verify_round(target, cache, emitted[-1], Draft([]), params)[0]
+        key = tuple(emitted[:2])
+        counts[key] = counts.get(key, 0) + 1
+    stat, df = _chi2(counts, want, n)
+    assert df >= 3
+    assert stat < _chi2_critical(df), (stat, df)
+    # and outcomes the filters exclude never appear
+    assert all(want.get(key, 0) > 0 for key in counts)
