@@ -37,6 +37,7 @@ class Config:
     dirty_files: str = "commit"  # commit | stash | refuse: what to do with the user's uncommitted edits
     memory_headroom_gb: float = 8.0
     shell_timeout_s: float = 60.0
+    constrained_calls: bool = True  # decode tool calls under a grammar (llguidance)
 
 
 _CHOICES = {

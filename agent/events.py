@@ -166,3 +166,24 @@ class AgentResult(Event):
     num_turns: int
     usage: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+
+
+# ---- added by the agent loop (issue 4) ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GitAction(Event):
+    """The agent did something in git: `protect` (saved the user's dirty file), `commit`."""
+
+    action: str
+    message: str
+    sha: str = ""
+    files: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RunStopped(Event):
+    """Why a run ended: `answered`, `max_turns`, `approval_required`, `error`, `interrupted`."""
+
+    reason: str
+    turn: int

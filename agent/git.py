@@ -1,0 +1,167 @@
+"""Git safety for the agent (GitPython): the user's uncommitted work is never lost.
+
+- Before the agent first edits a file with uncommitted changes, `protect()` commits that
+  file as the user's own work (or stashes it, or refuses), per `Config.dirty_files`.
+- `commit_turn()` commits the files the agent changed in one turn with a generated message
+  and the trailer `Agent: spec-agent`, which is how agent commits are recognised.
+- `undo()` reverts the agent's last commit only: it refuses when HEAD is not an agent commit
+  (e.g. the user committed on top) and keeps unrelated uncommitted changes (`reset --keep`).
+Outside a git repository every method is a no-op and `warning` says so once.
+Does not push, pull, branch or touch files other than those named.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+TRAILER = "Agent: spec-agent"
+_FALLBACK_IDENTITY = {"GIT_AUTHOR_NAME": "spec-agent user", "GIT_AUTHOR_EMAIL": "spec-agent@localhost",
+                      "GIT_COMMITTER_NAME": "spec-agent user", "GIT_COMMITTER_EMAIL": "spec-agent@localhost"}
+
+
+class GitSafetyError(Exception):
+    """An operation refused to protect the user's work; the message says why."""
+
+    exit_code = 1
+
+
+def is_agent_commit(message: str) -> bool:
+    return any(line.strip() == TRAILER for line in message.splitlines())
+
+
+def _open_repo(root: Path):
+    import git
+
+    try:
+        return git.Repo(root, search_parent_directories=True)
+    except (git.exc.InvalidGitRepositoryError, git.exc.NoSuchPathError):
+        return None
+
+
+@dataclass
+class GitGuard:
+    """Per-run git state: which files were already protected, which the agent changed."""
+
+    root: Path
+    dirty_mode: str = "commit"  # commit | stash | refuse
+    auto_commit: bool = True
+    repo: object = None
+    warning: str = ""
+    protected: set[str] = field(default_factory=set)
+    notes: list[str] = field(default_factory=list)  # what protect() did, for the UI
+
+    @classmethod
+    def open(cls, root: Path, dirty_mode: str = "commit", auto_commit: bool = True) -> "GitGuard":
+        repo = _open_repo(root)
+        guard = cls(root.resolve(), dirty_mode, auto_commit, repo)
+        if repo is None or repo.bare:
+            guard.repo = None
+            guard.warning = (f"{root} is not in a git repository: dirty-work protection, "
+                             "auto-commit and undo are off")
+        return guard
+
+    @property
+    def enabled(self) -> bool:
+        return self.repo is not None
+
+    # ---- helpers ------------------------------------------------------------------------
+
+    def _rel(self, path: Path | str) -> str:
+        """A path relative to the repository's working tree (what git commands take)."""
+        full = (self.root / path).resolve()
+        return full.relative_to(Path(self.repo.working_tree_dir).resolve()).as_posix()
+
+    def _git(self, *args: str) -> str:
+        env = {} if self._has_identity() else _FALLBACK_IDENTITY
+        return self.repo.git.execute(["git", *args], env={**os.environ, **env})
+
+    def _has_identity(self) -> bool:
+        reader = self.repo.config_reader()
+        return bool(reader.get_value("user", "name", "")) and bool(reader.get_value("user", "email", ""))
+
+    def _has_head(self) -> bool:
+        return self.repo.head.is_valid()
+
+    def is_dirty(self, rel: str) -> bool:
+        """True when `rel` has uncommitted changes (worktree or index) or is untracked."""
+        if not (Path(self.repo.working_tree_dir) / rel).exists() and not self._has_head():
+            return False
+        out = self.repo.git.status("--porcelain", "--", rel)
+        return bool(out.strip())
+
+    # ---- the three operations ------------------------------------------------------------
+
+    def protect(self, path: str) -> str:
+        """Call before the agent edits repo-relative `path`. Returns '' to go ahead, or an
+        error text (refuse mode, or git failed) for the model."""
+        import git
+
+        if not self.enabled:
+            return ""
+        rel = self._rel(path)
+        if rel in self.protected or not (Path(self.repo.working_tree_dir) / rel).exists():
+            self.protected.add(rel)
+            return ""
+        try:
+            if not self.is_dirty(rel):
+                self.protected.add(rel)
+                return ""
+            if self.dirty_mode == "refuse":
+                return (f"{path} has uncommitted changes by the user; refusing to edit it "
+                        "(dirty_files = refuse). Ask the user to commit first.")
+            if self.dirty_mode == "stash":
+                self._git("stash", "push", "--include-untracked", "-m", f"spec-agent: your changes to {rel}", "--", rel)
+                self.notes.append(f"stashed your uncommitted changes to {rel} (git stash list)")
+            else:
+                self._git("add", "--", rel)
+                self._git("commit", "--no-verify", "-q", "-m", f"Save uncommitted changes to {rel} before spec-agent edits", "--", rel)
+                self.notes.append(f"committed your uncommitted changes to {rel} first")
+        except git.exc.GitCommandError as e:
+            return f"could not protect your uncommitted changes to {path}: {e.stderr.strip() or e}; not editing it"
+        self.protected.add(rel)
+        return ""
+
+    def commit_turn(self, paths: list[str], task: str, turn: int) -> str:
+        """Commit the agent's changes to `paths`; returns the new commit's short sha or ''."""
+        import git
+
+        if not (self.enabled and self.auto_commit and paths):
+            return ""
+        rels = sorted({self._rel(p) for p in paths})
+        summary = " ".join(task.split())
+        summary = summary if len(summary) <= 60 else summary[:57] + "..."
+        message = f"spec-agent: {summary}\n\nTurn {turn} edited: {', '.join(rels)}\n\n{TRAILER}\n"
+        try:
+            self._git("add", "--", *rels)
+            if not self.repo.git.diff("--cached", "--name-only", "--", *rels).strip():
+                return ""
+            self._git("commit", "--no-verify", "-q", "-m", message, "--", *rels)
+        except git.exc.GitCommandError as e:
+            raise GitSafetyError(f"auto-commit failed: {e.stderr.strip() or e}") from None
+        return self.repo.head.commit.hexsha[:8]
+
+    def undo(self) -> str:
+        """Revert the agent's last commit; returns a description or raises GitSafetyError."""
+        import git
+
+        if not self.enabled:
+            raise GitSafetyError(self.warning or "not a git repository")
+        if not self._has_head():
+            raise GitSafetyError("the repository has no commits")
+        head = self.repo.head.commit
+        if not is_agent_commit(head.message):
+            raise GitSafetyError(
+                f"the last commit ({head.hexsha[:8]} \"{head.summary}\") is not spec-agent's; "
+                "refusing to undo (did you commit on top of it?)"
+            )
+        if not head.parents:
+            raise GitSafetyError("the agent's commit is the repository's first commit; not undoing it")
+        try:
+            self.repo.git.reset("--keep", "HEAD~1")
+        except git.exc.GitCommandError as e:
+            raise GitSafetyError(
+                f"cannot undo: files of that commit have uncommitted changes ({e.stderr.strip() or e})"
+            ) from None
+        return f"undid {head.hexsha[:8]} \"{head.summary}\"; HEAD is now {self.repo.head.commit.hexsha[:8]}"

@@ -1,0 +1,109 @@
+"""The agent loop's `Model` on top of the engine's `Session`, with grammar-constrained calls.
+
+One assistant turn is up to two `Session.generate` calls on the same, growing prompt:
+1. free text until the model writes `<tool_call>` (a stop string) or ends its answer;
+2. if it opened a call: the prompt plus the text so far (the session's prefix cache makes
+   this nearly free), decoded under `agent.constraints.tool_call_grammar` — schema-valid
+   arguments, `edit_file` `old` texts taken from the files — until `</tool_call>`.
+With `constrain=False` step 2 runs unconstrained and the loop validates the call afterwards.
+The turn's two `GenerationStats` are merged into one. Not here: parsing and running calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Iterator
+
+from .constraints import CLOSE, OPEN, GrammarConstraint, candidate_files, ll_tokenizer, tool_call_grammar
+from .events import Event, GenerationStats, TextDelta, Warning
+from .loop import ModelError, parse_calls
+
+
+def merge_stats(a: GenerationStats, b: GenerationStats) -> GenerationStats:
+    """One turn's figures from its free and constrained parts (prompt figures from the first)."""
+    gen = a.generated_tokens + b.generated_tokens
+    decode_s = a.decode_s + b.decode_s + b.prefill_s  # the second prefill is a few cached tokens
+    return replace(
+        a,
+        generated_tokens=gen,
+        decode_s=decode_s,
+        decode_tps=gen / decode_s if decode_s > 0 else 0.0,
+        finish_reason=b.finish_reason,
+        context_tokens=b.context_tokens,
+        peak_memory_gb=max(a.peak_memory_gb, b.peak_memory_gb),
+        rounds=a.rounds + b.rounds,
+        drafted=a.drafted + b.drafted,
+        accepted=a.accepted + b.accepted,
+        draft_s=a.draft_s + b.draft_s,
+        verify_s=a.verify_s + b.verify_s,
+        speculative=a.speculative or b.speculative,
+        drafter=a.drafter or b.drafter,
+        k=b.k or a.k,
+    )
+
+
+def read_paths(messages: list[dict[str, str]]) -> list[str]:
+    """Paths the model asked to read in earlier turns, most recent first."""
+    paths: list[str] = []
+    for m in reversed(messages):
+        if m["role"] == "assistant":
+            paths += [c.arguments["path"] for c in parse_calls(m["content"])
+                      if c.name == "read_file" and not c.error]
+    return list(dict.fromkeys(paths))
+
+
+class SessionModel:
+    """Adapts `Session` to the loop's `Model` protocol."""
+
+    def __init__(self, session: Any, params: Any, max_tokens: int, ctx: Any = None, constrain: bool = True):
+        self.session, self.params, self.max_tokens = session, params, max_tokens
+        self.ctx = ctx  # tools.ToolContext: where edit_file's files are read for the grammar
+        self.constrain = constrain
+        self._ll_tok = None
+        self.last_grammar = ""
+
+    def _stream(self, prompt: list[int], out: list, **kw) -> Iterator[Event]:
+        from .engine.session import ContextOverflowError
+
+        try:
+            for ev in self.session.generate(prompt, params=self.params, max_tokens=self.max_tokens, **kw):
+                if isinstance(ev, GenerationStats):
+                    out.append(ev)
+                else:
+                    if isinstance(ev, TextDelta):
+                        out.append(ev.text)
+                    yield ev
+        except ContextOverflowError as e:
+            raise ModelError(str(e)) from None
+
+    def constraint(self, messages: list[dict[str, str]]) -> GrammarConstraint | None:
+        """The grammar for the call being written now (None when constraints are off)."""
+        from tools import TOOLS
+
+        if not self.constrain:
+            return None
+        if self._ll_tok is None:
+            self._ll_tok = ll_tokenizer(self.session.tokenizer)
+        files, complete = (candidate_files(self.ctx, read_paths(messages)) if self.ctx is not None
+                           else ({}, False))
+        self.last_grammar = tool_call_grammar(TOOLS, files, generic_edit=not complete)
+        return GrammarConstraint(self._ll_tok, self.last_grammar, self.session.target.vocab_size)
+
+    def generate(self, messages: list[dict[str, str]]) -> Iterator[Event]:
+        prompt = self.session.render(messages)
+        first: list = []
+        yield from self._stream(prompt, first, stop_strings=[OPEN])
+        stats = first.pop()
+        text = "".join(first)
+        if stats.finish_reason != "stop_string" or not text.endswith(OPEN):
+            yield stats
+            return
+        constraint = self.constraint(messages)
+        if constraint is not None and constraint.error:
+            yield Warning(f"tool-call grammar rejected ({constraint.error}); calls are checked afterwards")
+            constraint = None
+        encode = getattr(self.session.tokenizer, "encode")
+        prompt2 = list(prompt) + list(encode(text, add_special_tokens=False))
+        second: list = []
+        yield from self._stream(prompt2, second, stop_strings=[CLOSE], constraint=constraint)
+        yield merge_stats(stats, second.pop())

@@ -1,0 +1,101 @@
+"""Events → output for non-interactive runs (`-p`): text, one JSON object, or JSON lines.
+
+- `text`: progress (tool calls, results, git actions, warnings) on stderr, the final answer on
+  stdout; with `stats=True` each turn's figures on stderr too.
+- `json`: nothing until the end, then one object: the `AgentResult` fields plus `stop_reason`.
+- `stream-json`: one JSON object per line for each step (assistant message, tool call, tool
+  result, approval stop, git action, warning, turn stats), then the same final object.
+Text deltas are not rendered (a TUI streams them). This module only formats; it runs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import IO, Any
+
+from .events import (AgentResult, ApprovalRequired, AssistantMessage, Event, GenerationStats,
+                     GitAction, PrefillProgress, RunStopped, TextDelta, ToolCallFinished,
+                     ToolCallStarted, TurnStats, Warning)
+
+_STREAMED = (AssistantMessage, ToolCallStarted, ToolCallFinished, ApprovalRequired, GitAction,
+             Warning, TurnStats)
+
+
+def format_stats(s: GenerationStats) -> str:
+    line = (f"[{s.generated_tokens} tokens, decode {s.decode_tps:.1f} tok/s, prefill "
+            f"{s.prefill_tps:.0f} tok/s, ttft {s.ttft_s:.2f}s, cache {s.cached_tokens}/"
+            f"{s.prompt_tokens}, peak {s.peak_memory_gb:.2f} GB")
+    if s.speculative:
+        line += (f", {s.drafter} K={s.k} acceptance {s.acceptance_rate:.0%} "
+                 f"mean accepted {s.mean_accepted:.2f}")
+    return line + "]"
+
+
+def _short(text: str, n: int = 200) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+class Renderer:
+    """Feed every event to `handle`; the final `AgentResult` writes the closing output."""
+
+    def __init__(self, fmt: str, out: IO[str], err: IO[str], stats: bool = False):
+        if fmt not in ("text", "json", "stream-json"):
+            raise ValueError(f"unknown output format {fmt!r}")
+        self.fmt, self.out, self.err, self.stats = fmt, out, err, stats
+        self.stop_reason = ""
+        self.result: dict[str, Any] | None = None
+
+    def handle(self, ev: Event) -> None:
+        if isinstance(ev, RunStopped):
+            self.stop_reason = ev.reason
+        elif isinstance(ev, AgentResult):
+            self.result = {**ev.to_dict(), "type": "result", "stop_reason": self.stop_reason}
+            self._final(ev)
+        elif self.fmt == "stream-json":
+            if isinstance(ev, _STREAMED):
+                self._line(ev.to_dict())
+        elif self.fmt == "text" and not isinstance(ev, (TextDelta, PrefillProgress)):
+            self._text(ev)
+
+    def _line(self, obj: dict[str, Any]) -> None:
+        self.out.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
+        self.out.flush()
+
+    def _text(self, ev: Event) -> None:
+        msg = ""
+        if isinstance(ev, AssistantMessage) and ev.text:
+            msg = f"assistant: {_short(ev.text, 400)}"
+        elif isinstance(ev, ToolCallStarted):
+            msg = f"→ {ev.name} {_short(json.dumps(ev.arguments, ensure_ascii=False), 160)}"
+        elif isinstance(ev, ToolCallFinished):
+            msg = f"  {'ok' if ev.ok else 'failed'}: {_short(ev.output, 160)}"
+        elif isinstance(ev, (ApprovalRequired,)):
+            msg = f"approval required for {ev.name}: {ev.reason}"
+        elif isinstance(ev, GitAction):
+            msg = f"git: {ev.message}"
+        elif isinstance(ev, Warning):
+            msg = f"warning: {ev.message}"
+        elif isinstance(ev, TurnStats) and self.stats:
+            msg = f"turn {ev.turn} {format_stats(ev.stats)}"
+        if msg:
+            self.err.write(msg + "\n")
+            self.err.flush()
+
+    def _final(self, ev: AgentResult) -> None:
+        if self.fmt in ("json", "stream-json"):
+            self._line(self.result)
+            return
+        if ev.result:
+            self.out.write(ev.result.rstrip() + "\n")
+            self.out.flush()
+        if ev.is_error:
+            self.err.write(f"spec-agent: error: {ev.error}\n")
+        if self.stats:
+            u = ev.usage
+            self.err.write(
+                f"[{ev.num_turns} turns, {u.get('output_tokens', 0)} tokens out, decode "
+                f"{u.get('decode_tps', 0):.1f} tok/s, cache hits {u.get('cache_hit_rate', 0):.0%}, "
+                f"acceptance {u.get('acceptance_rate', 0):.0%}, {u.get('tool_calls', 0)} tool calls]\n"
+            )
+        self.err.flush()

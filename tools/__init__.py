@@ -1,0 +1,60 @@
+"""The agent's tools, registered in one place: name → `Tool` (schema, function, kind).
+
+`call_tool(name, arguments, ctx)` validates the arguments against the tool's JSON Schema and
+runs it; every expected failure comes back as a `ToolResult` with `ok=False`, never raised.
+Approvals and git bookkeeping are the agent loop's business, not this package's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ._base import MAX_OUTPUT_CHARS, Tool, ToolContext, ToolResult
+from . import edit_file, git_diff, git_status, grep, list_files, read_file, run_shell, write_file
+
+__all__ = ["TOOLS", "Tool", "ToolContext", "ToolResult", "call_tool", "validate", "MAX_OUTPUT_CHARS"]
+
+
+def _tool(module, kind: str = "read", paths: tuple[str, ...] = ()) -> Tool:
+    name = module.__name__.rsplit(".", 1)[-1]
+    return Tool(name, module.DESCRIPTION, module.SCHEMA, getattr(module, name), kind, paths)
+
+
+TOOLS: dict[str, Tool] = {
+    t.name: t
+    for t in (
+        _tool(read_file, paths=("path",)),
+        _tool(list_files),
+        _tool(grep),
+        _tool(edit_file, "edit", ("path",)),
+        _tool(write_file, "edit", ("path",)),
+        _tool(run_shell, "shell"),
+        _tool(git_status),
+        _tool(git_diff),
+    )
+}
+
+
+def validate(name: str, arguments: Any) -> str:
+    """'' when `arguments` fit tool `name`'s schema, else an error text for the model."""
+    import jsonschema
+
+    tool = TOOLS.get(name)
+    if tool is None:
+        return f"unknown tool '{name}'; available: {', '.join(TOOLS)}"
+    if not isinstance(arguments, dict):
+        return f"arguments for {name} must be a JSON object"
+    try:
+        jsonschema.validate(arguments, tool.schema)
+    except jsonschema.ValidationError as e:
+        where = "/".join(str(p) for p in e.absolute_path) or "arguments"
+        return f"invalid arguments for {name} at {where}: {e.message}"
+    return ""
+
+
+def call_tool(name: str, arguments: Any, ctx: ToolContext) -> ToolResult:
+    """Validate and run one tool call."""
+    problem = validate(name, arguments)
+    if problem:
+        return ToolResult.error(problem)
+    return TOOLS[name].fn(ctx, **arguments)
