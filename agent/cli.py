@@ -50,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-auto-commit", dest="auto_commit", action="store_const", const=False)
     p.add_argument("--no-constrained-calls", dest="constrained_calls", action="store_const",
                    const=False, help="decode tool calls freely and validate them afterwards")
+    p.add_argument("--tool-choice", choices=["auto", "first"],
+                   help="first: the model's first turn must start with a tool call")
     p.add_argument("-C", "--repo", type=Path, help="work in this directory (default: cwd)")
     p.add_argument("--stats", action="store_true", help="print generation figures to stderr")
     _engine_flags(p)
@@ -72,7 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _flags(args: argparse.Namespace) -> dict:
     keys = ("model", "draft_model", "num_draft_tokens", "speculation", "drafter", "temperature",
             "top_p", "top_k", "min_p", "max_tokens", "device", "blas", "max_turns",
-            "approval_mode", "auto_commit", "constrained_calls")
+            "approval_mode", "auto_commit", "constrained_calls", "tool_choice")
     out = {k: getattr(args, k, None) for k in keys}
     if getattr(args, "yes", False):
         out["approval_mode"] = "full-auto"

@@ -34,7 +34,8 @@ def run_task(task: str, args, cfg: Config) -> int:
                         bool(getattr(args, "stats", False)))
     params = sampling_params(cfg)
     session = open_session(cfg)
-    model = SessionModel(session, params, cfg.max_tokens, constrain=cfg.constrained_calls)
+    model = SessionModel(session, params, cfg.max_tokens, constrain=cfg.constrained_calls,
+                         tool_choice=cfg.tool_choice)
     agent = Agent(model, root, cfg)
     model.ctx = agent.ctx
     try:

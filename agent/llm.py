@@ -12,7 +12,7 @@ The turn's two `GenerationStats` are merged into one. Not here: parsing and runn
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 from .constraints import CLOSE, OPEN, GrammarConstraint, candidate_files, ll_tokenizer, tool_call_grammar
 from .events import Event, GenerationStats, TextDelta, Warning
@@ -55,10 +55,16 @@ def read_paths(messages: list[dict[str, str]]) -> list[str]:
 class SessionModel:
     """Adapts `Session` to the loop's `Model` protocol."""
 
-    def __init__(self, session: Any, params: Any, max_tokens: int, ctx: Any = None, constrain: bool = True):
+    def __init__(self, session: Any, params: Any, max_tokens: int, ctx: Any = None,
+                 constrain: bool = True, tools: Mapping[str, Any] | None = None,
+                 tool_choice: str = "auto"):
+        from tools import TOOLS
+
         self.session, self.params, self.max_tokens = session, params, max_tokens
         self.ctx = ctx  # tools.ToolContext: where edit_file's files are read for the grammar
         self.constrain = constrain
+        self.tools = TOOLS if tools is None else tools  # what the grammar admits
+        self.tool_choice = tool_choice  # "first": the first turn starts with a call
         self._ll_tok = None
         self.last_grammar = ""
 
@@ -78,19 +84,21 @@ class SessionModel:
 
     def constraint(self, messages: list[dict[str, str]]) -> GrammarConstraint | None:
         """The grammar for the call being written now (None when constraints are off)."""
-        from tools import TOOLS
-
         if not self.constrain:
             return None
         if self._ll_tok is None:
             self._ll_tok = ll_tokenizer(self.session.tokenizer)
         files, complete = (candidate_files(self.ctx, read_paths(messages)) if self.ctx is not None
                            else ({}, False))
-        self.last_grammar = tool_call_grammar(TOOLS, files, generic_edit=not complete)
+        self.last_grammar = tool_call_grammar(self.tools, files, generic_edit=not complete)
         return GrammarConstraint(self._ll_tok, self.last_grammar, self.session.target.vocab_size)
 
     def generate(self, messages: list[dict[str, str]]) -> Iterator[Event]:
         prompt = self.session.render(messages)
+        if self.tool_choice == "first" and not any(m["role"] == "assistant" for m in messages):
+            yield TextDelta(OPEN, ())
+            yield from self._call(messages, prompt, OPEN, None)
+            return
         first: list = []
         yield from self._stream(prompt, first, stop_strings=[OPEN])
         stats = first.pop()
@@ -98,6 +106,11 @@ class SessionModel:
         if stats.finish_reason != "stop_string" or not text.endswith(OPEN):
             yield stats
             return
+        yield from self._call(messages, prompt, text, stats)
+
+    def _call(self, messages: list[dict[str, str]], prompt: list[int], text: str,
+              stats: GenerationStats | None) -> Iterator[Event]:
+        """Decode the call after `text` (which ends with `<tool_call>`), under the grammar."""
         constraint = self.constraint(messages)
         if constraint is not None and constraint.error:
             yield Warning(f"tool-call grammar rejected ({constraint.error}); calls are checked afterwards")
@@ -106,4 +119,4 @@ class SessionModel:
         prompt2 = list(prompt) + list(encode(text, add_special_tokens=False))
         second: list = []
         yield from self._stream(prompt2, second, stop_strings=[CLOSE], constraint=constraint)
-        yield merge_stats(stats, second.pop())
+        yield merge_stats(stats, second[-1]) if stats is not None else second[-1]

@@ -14,7 +14,7 @@ from ._paths import PathError, confine, relative
 from .read_file import read_text
 from .write_file import atomic_write
 
-MAX_EDITS = 8
+MAX_EDITS = 4  # weak models repeat edits until the cap
 MAX_OLD = 4000
 MAX_NEW = 8000
 

@@ -1,0 +1,94 @@
+"""Test helpers for the agent: a scripted model that replays canned turns, and temp git repos.
+
+Import the fixtures into a test module with `from scripted import git_repo, plain_dir`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from agent.config import Config
+from agent.events import Event, GenerationStats, TextDelta
+
+
+def call(name: str, **arguments) -> str:
+    """Tool-call markup as the model writes it."""
+    return "<tool_call>" + json.dumps({"name": name, "arguments": arguments}) + "</tool_call>"
+
+
+def fake_stats(generated: int = 10, prompt: int = 100, cached: int = 80) -> GenerationStats:
+    return GenerationStats(
+        prompt_tokens=prompt, cached_tokens=cached, generated_tokens=generated, prefill_s=0.01,
+        prefill_tps=2000.0, decode_s=0.5, decode_tps=generated / 0.5, ttft_s=0.01,
+        peak_memory_gb=0.1, finish_reason="stop", speculative=True, drafter="lookup", rounds=4,
+        drafted=12, accepted=6, k=3,
+    )
+
+
+INTERRUPT = "<Ctrl-C>"  # a turn that raises KeyboardInterrupt, as Ctrl-C would
+
+
+class ScriptedModel:
+    """Replays `turns` (one string per model turn) and records the messages it was given."""
+
+    def __init__(self, turns: list[str]):
+        self.turns = list(turns)
+        self.seen: list[list[dict]] = []
+
+    def generate(self, messages: list[dict]) -> Iterator[Event]:
+        self.seen.append([dict(m) for m in messages])
+        text = self.turns.pop(0) if self.turns else "Done."
+        if text == INTERRUPT:
+            raise KeyboardInterrupt
+        for i in range(0, len(text), 7):
+            yield TextDelta(text[i : i + 7], ())
+        yield fake_stats(generated=max(1, len(text) // 4))
+
+
+def git(root: Path, *args: str) -> str:
+    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True, text=True).stdout
+
+
+def make_repo(root: Path, files: dict[str, str]) -> Path:
+    """A git repo with `files` in one commit by a test user."""
+    root.mkdir(parents=True, exist_ok=True)
+    git(root, "init", "-q", "-b", "main")
+    git(root, "config", "user.name", "Test User")
+    git(root, "config", "user.email", "user@example.com")
+    git(root, "config", "commit.gpgsign", "false")
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "-m", "initial")
+    return root
+
+
+SAMPLE = {
+    "calc.py": "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n",
+    "README.md": "# sample\n",
+    ".gitignore": "build/\n*.log\n",
+}
+
+
+@pytest.fixture
+def git_repo(tmp_path) -> Path:
+    return make_repo(tmp_path / "repo", SAMPLE)
+
+
+@pytest.fixture
+def plain_dir(tmp_path) -> Path:
+    root = tmp_path / "plain"
+    root.mkdir()
+    for name, text in SAMPLE.items():
+        (root / name).write_text(text)
+    return root
+
+
+def full_auto(**over) -> Config:
+    return Config(approval_mode="full-auto", **over)

@@ -1,0 +1,114 @@
+"""Git safety with a scripted model in temp repos: dirty work kept, auto-commit, undo."""
+
+from __future__ import annotations
+
+import pytest
+from scripted import ScriptedModel, call, full_auto, git, git_repo, plain_dir  # noqa: F401
+
+from agent.events import AgentResult, GitAction, ToolCallFinished, Warning
+from agent.git import TRAILER, GitGuard, GitSafetyError, is_agent_commit
+from agent.loop import Agent
+
+EDIT = call("edit_file", path="calc.py", edits=[{"old": "return a + b", "new": "return b + a"}])
+
+
+def run_agent(root, turns, **cfg):
+    agent = Agent(ScriptedModel(turns), root, full_auto(**cfg))
+    return list(agent.run("swap the operands in add"))
+
+
+def head(root) -> str:
+    return git(root, "rev-parse", "HEAD").strip()
+
+
+def test_auto_commit_marks_the_agent_and_undo_restores(git_repo):
+    before, text = head(git_repo), (git_repo / "calc.py").read_text()
+    events = run_agent(git_repo, [EDIT, "Done."])
+    commits = [e for e in events if isinstance(e, GitAction) and e.action == "commit"]
+    assert len(commits) == 1 and commits[0].files == ("calc.py",)
+    msg = git(git_repo, "log", "-1", "--format=%B")
+    assert TRAILER in msg and msg.startswith("spec-agent: swap the operands")
+    assert git(git_repo, "status", "--porcelain") == ""
+    out = GitGuard.open(git_repo).undo()
+    assert "undid" in out and head(git_repo) == before
+    assert (git_repo / "calc.py").read_text() == text
+
+
+def test_dirty_user_file_is_committed_as_the_users_own(git_repo):
+    (git_repo / "calc.py").write_text((git_repo / "calc.py").read_text() + "# my work\n")
+    events = run_agent(git_repo, [EDIT, "Done."])
+    assert any(isinstance(e, GitAction) and e.action == "protect" for e in events)
+    subjects = git(git_repo, "log", "--format=%s", "-3").splitlines()
+    assert subjects[1].startswith("Save uncommitted changes to calc.py")
+    assert git(git_repo, "log", "-1", "--format=%an", "HEAD~1").strip() == "Test User"
+    assert not is_agent_commit(git(git_repo, "log", "-1", "--format=%B", "HEAD~1"))
+    assert "# my work" in git(git_repo, "show", "HEAD~1:calc.py")
+    GitGuard.open(git_repo).undo()
+    text = (git_repo / "calc.py").read_text()
+    assert "# my work" in text and "return a + b" in text
+
+
+def test_dirty_file_stash_mode(git_repo):
+    (git_repo / "calc.py").write_text("# my rewrite\ndef add(a, b):\n    return a + b\n")
+    run_agent(git_repo, [EDIT, "Done."], dirty_files="stash")
+    assert "spec-agent: your changes to calc.py" in git(git_repo, "stash", "list")
+    assert "# my rewrite" in git(git_repo, "stash", "show", "-p")
+
+
+def test_dirty_file_refuse_mode(git_repo):
+    dirty = "def add(a, b):\n    return a + b  # mine\n"
+    (git_repo / "calc.py").write_text(dirty)
+    events = run_agent(git_repo, [EDIT, "Done."], dirty_files="refuse")
+    done = [e for e in events if isinstance(e, ToolCallFinished)]
+    assert not done[0].ok and "uncommitted changes" in done[0].output
+    assert (git_repo / "calc.py").read_text() == dirty
+    assert git(git_repo, "log", "--format=%s").strip() == "initial"
+
+
+def test_undo_refuses_when_the_user_committed_on_top(git_repo):
+    run_agent(git_repo, [EDIT, "Done."])
+    (git_repo / "README.md").write_text("# mine\n")
+    git(git_repo, "commit", "-qam", "user work")
+    top = head(git_repo)
+    with pytest.raises(GitSafetyError, match="not spec-agent's"):
+        GitGuard.open(git_repo).undo()
+    assert head(git_repo) == top
+
+
+def test_undo_refuses_a_user_commit(git_repo):
+    with pytest.raises(GitSafetyError, match="not spec-agent's"):
+        GitGuard.open(git_repo).undo()
+
+
+def test_undo_keeps_unrelated_uncommitted_work(git_repo):
+    run_agent(git_repo, [EDIT, "Done."])
+    (git_repo / "README.md").write_text("# unsaved\n")
+    GitGuard.open(git_repo).undo()
+    assert (git_repo / "README.md").read_text() == "# unsaved\n"
+    assert "return a + b" in (git_repo / "calc.py").read_text()
+
+
+def test_undo_refuses_when_the_agents_files_changed_since(git_repo):
+    run_agent(git_repo, [EDIT, "Done."])
+    (git_repo / "calc.py").write_text("user edit after the agent\n")
+    with pytest.raises(GitSafetyError, match="uncommitted changes"):
+        GitGuard.open(git_repo).undo()
+    assert (git_repo / "calc.py").read_text() == "user edit after the agent\n"
+
+
+def test_auto_commit_off_leaves_edits_uncommitted(git_repo):
+    run_agent(git_repo, [EDIT, "Done."], auto_commit=False)
+    assert "calc.py" in git(git_repo, "status", "--porcelain")
+    assert git(git_repo, "log", "--format=%s").strip() == "initial"
+
+
+def test_outside_git_features_are_off_with_one_warning(plain_dir):
+    back = call("edit_file", path="calc.py", edits=[{"old": "return b + a", "new": "return a + b"}])
+    events = run_agent(plain_dir, [EDIT, back, "Done."])
+    warnings = [e for e in events if isinstance(e, Warning)]
+    assert len(warnings) == 1 and "not in a git repository" in warnings[0].message
+    assert not any(isinstance(e, GitAction) for e in events)
+    assert events[-1] == next(e for e in events if isinstance(e, AgentResult))
+    assert "return a + b" in (plain_dir / "calc.py").read_text()
+    with pytest.raises(GitSafetyError):
+        GitGuard.open(plain_dir).undo()
