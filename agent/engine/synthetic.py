@@ -4,8 +4,8 @@ model folders, and a *controlled* target/draft pair whose agreement is tunable.
 Everything is written as an ordinary MLX model folder (config.json, model.safetensors,
 tokenizer files) and loaded through the same `load_model` a user's model goes through.
 
-Controlled pair: the draft is a random n-layer llama; the target has the same embedding, final
-norm and those n layers, plus extra random layers whose `o_proj`/`down_proj` are scaled by ε.
+Controlled pair: the draft is a random n-layer llama; the target has the same embedding, head,
+final norm and those n layers, plus extra random layers whose `o_proj`/`down_proj` are scaled by ε.
 Each extra layer adds ε-sized residual updates, so ε tunes how often the two disagree
 (ε = 0: identical predictions; larger ε: lower acceptance).
 """
@@ -125,16 +125,25 @@ def _vocab_size(tokenizer_dir: Path) -> int:
 
 def controlled_pair(
     root: Path, tokenizer_dir: Path, hidden: int = 256, draft_layers: int = 2,
-    extra_layers: int = 14, eps: float = 0.25, seed: int = 0,
+    extra_layers: int = 14, eps: float = 0.25, seed: int = 0, embed_scale: float = 4.0,
 ) -> tuple[Path, Path]:
     """(target_folder, draft_folder): the target contains the draft plus ε-scaled extra layers."""
     vocab = _vocab_size(tokenizer_dir)
-    dcfg = _config("llama", vocab, hidden, draft_layers)
+    # With a tied head a random model's argmax is mostly "repeat the last token": generation
+    # degenerates and acceptance means nothing. So the head is separate (see below).
+    dcfg = _config("llama", vocab, hidden, draft_layers, tie_word_embeddings=False)
     draft = build_model(dcfg, seed)
-    tcfg = _config("llama", vocab, hidden, draft_layers + extra_layers)
+    tcfg = _config("llama", vocab, hidden, draft_layers + extra_layers, tie_word_embeddings=False)
     target = build_model(tcfg, seed + 1)
+    # The head is the embedding with its rows permuted: the residual stream stays close to the
+    # last token's embedding, so the argmax follows a long random permutation cycle (varied
+    # text) with clear margins, and the ε-scaled extra layers decide how often it deviates.
+    perm = mx.random.permutation(vocab, key=mx.random.key(seed + 7))
+    draft.model.embed_tokens.weight = draft.model.embed_tokens.weight * embed_scale
+    draft.lm_head.weight = draft.model.embed_tokens.weight[perm]
     target.model.embed_tokens = draft.model.embed_tokens
     target.model.norm = draft.model.norm
+    target.lm_head = draft.lm_head
     for i, layer in enumerate(draft.model.layers):
         target.model.layers[i] = layer
     for layer in target.model.layers[draft_layers:]:
