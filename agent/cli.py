@@ -66,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--quick", action="store_true", help="small workloads (CI)")
     bench.add_argument("--tokens", type=int, help="tokens per workload")
+    bench.add_argument("--eps", type=float, default=0.5,
+                       help="controlled pair: scale of the target's extra layers (acceptance knob)")
     _engine_flags(bench)
     sub.add_parser("undo", help="revert the agent's last commit")
     return p

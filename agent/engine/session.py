@@ -26,6 +26,15 @@ class ContextOverflowError(SpecAgentError):
     exit_code = 1
 
 
+def render_chat(tokenizer, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+    """Chat messages → prompt tokens through the tokenizer's chat template."""
+    out = tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True,
+                                        tokenize=True)
+    if not isinstance(out, list):  # transformers 5 returns a BatchEncoding
+        out = out["input_ids"]
+    return list(out)
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     for i in range(n):
@@ -98,13 +107,7 @@ class Session:
     # ---- chat helpers -------------------------------------------------------------------
 
     def render(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
-        """Chat messages → prompt tokens through the tokenizer's chat template."""
-        out = self.tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, tokenize=True
-        )
-        if not isinstance(out, list):  # transformers 5 returns a BatchEncoding
-            out = out["input_ids"]
-        return list(out)
+        return render_chat(self.tokenizer, messages, tools)
 
     def chat(self, messages: list[dict], tools: list[dict] | None = None, **kw) -> Iterator[Event]:
         return self.generate(self.render(messages, tools), **kw)

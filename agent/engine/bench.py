@@ -1,0 +1,234 @@
+"""`spec-agent bench spec`: plain vs speculative decoding, side by side, in one process.
+
+Two parts, each interleaved per workload so machine noise hits every configuration alike:
+1. Draft-model speculation on a *controlled pair* (see synthetic.py; lookup off): plain,
+   ours (adaptive K), ours at fixed K, and mlx-lm's `speculative_generate_step` at each fixed
+   K in 2..8 on the same loaded models. Ratios are per workload and then averaged.
+2. Prompt lookup with the embedded model on a copy-heavy edit, against plain decoding.
+Reports ratios (the machines are noisy) and tok/s; `--json` prints one object.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+
+from ..events import GenerationStats, TextDelta
+from .blas import loaded_blas
+from .drafters import DraftModel, PromptLookup
+from .loading import LoadedModel, load_model
+from .session import Session, render_chat
+from .speculative import SpecPolicy, Speculator
+
+WORKLOADS = {
+    "code": "Write a Python function that parses a CSV file into a list of dicts.",
+    "json": 'Call the tool: {"name": "edit_file", "arguments": {"path": "src/app.py", "edits": []}}',
+    "prose": "Explain in plain words why the sky is blue, for a curious child.",
+    "edit": "Rename x to total:\ndef f(items):\n    x = 0\n    for i in items:\n        x += i\n    return x\n",
+}
+COPY_EDIT = '''Here is a file:
+
+```python
+import os
+import sys
+
+
+def read_config(path):
+    """Read key=value lines from path into a dict."""
+    result = {}
+    with open(path) as handle:
+        for line in handle:
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            key, _, value = line.partition("=")
+            result[key.strip()] = value.strip()
+    return result
+
+
+def main(argv):
+    if len(argv) < 2:
+        print("usage: config.py FILE")
+        return 2
+    config = read_config(argv[1])
+    for key in sorted(config):
+        print(key, config[key])
+    return 0
+```
+
+Rewrite the whole file, unchanged except that the function main is renamed to run.'''
+
+
+@dataclass
+class Run:
+    tokens: list[int]
+    tps: float
+    stats: GenerationStats | None = None
+
+
+def _ours(session: Session, prompt: list[int], n: int) -> Run:
+    toks: list[int] = []
+    stats = None
+    for ev in session.generate(prompt, max_tokens=n, stop_tokens=set()):
+        if isinstance(ev, TextDelta):
+            toks += ev.tokens
+        elif isinstance(ev, GenerationStats):
+            stats = ev
+    return Run(toks, stats.decode_tps, stats)
+
+
+def _mlx_lm(target: LoadedModel, draft: LoadedModel, prompt: list[int], n: int, k: int) -> Run:
+    from mlx_lm.generate import speculative_generate_step
+
+    toks, first = [], 0.0
+    for tok, _, _ in speculative_generate_step(mx.array(prompt), target.model, draft.model,
+                                               num_draft_tokens=k, max_tokens=n):
+        toks.append(int(tok))
+        first = first or time.perf_counter()
+    elapsed = time.perf_counter() - first
+    return Run(toks, (len(toks) - 1) / elapsed if elapsed > 0 else 0.0)
+
+
+def _prompt(lm: LoadedModel, text: str) -> list[int]:
+    return render_chat(lm.tokenizer, [{"role": "user", "content": text}])
+
+
+def _forward_ms(lm: LoadedModel, width: int, context: list[int], reps: int = 5) -> float:
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from .step import forward
+
+    times = []
+    for _ in range(reps):
+        cache = make_prompt_cache(lm.model)
+        mx.eval(forward(lm.model, context, cache))
+        t = time.perf_counter()
+        mx.eval(forward(lm.model, context[:width], cache))
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1000
+
+
+def bench_pair(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], log) -> dict:
+    """Part 1: draft-model speculation vs plain vs mlx-lm on every workload, interleaved."""
+    ours = Speculator(DraftModel(draft), SpecPolicy(mode="on"))  # persists: K adapts
+    rows = []
+    for name, text in WORKLOADS.items():
+        prompt = _prompt(target, text)
+        plain = _ours(Session(target), prompt, n)
+        mine = _ours(Session(target, speculator=ours), prompt, n)
+        theirs = {k: _mlx_lm(target, draft, prompt, n, k) for k in ks}
+        plain2 = _ours(Session(target), prompt, n)  # plain again: bracket the others in time
+        base = (plain.tps + plain2.tps) / 2
+        s = mine.stats
+        row = dict(workload=name, plain_tps=base, spec_tps=mine.tps,
+                   identical_to_plain=mine.tokens == plain.tokens,
+                   mlx_lm_identical=all(r.tokens == plain.tokens for r in theirs.values()),
+                   acceptance_rate=s.acceptance_rate, mean_accepted=s.mean_accepted, k=s.k,
+                   drafted=s.drafted, accepted=s.accepted, rounds=s.rounds,
+                   mlx_lm_tps={k: r.tps for k, r in theirs.items()})
+        rows.append(row)
+        log(f"  {name:6} plain {base:6.2f} tok/s | ours {mine.tps:6.2f} (K={s.k}, acceptance "
+            f"{s.acceptance_rate:.2f}, mean {s.mean_accepted:.2f}) | mlx-lm "
+            + " ".join(f"K{k}:{r.tps:.2f}" for k, r in theirs.items()))
+    # mlx-lm's best fixed K across workloads (by mean ratio to plain).
+    best_k = max(ks, key=lambda k: statistics.mean(r["mlx_lm_tps"][k] / r["plain_tps"] for r in rows))
+    drafted = sum(r["drafted"] for r in rows)
+    accepted = sum(r["accepted"] for r in rows)
+    rounds = sum(r["rounds"] for r in rows)
+    return dict(
+        rows=rows,
+        speedup_vs_plain=statistics.mean(r["spec_tps"] / r["plain_tps"] for r in rows),
+        speedup_vs_mlx_lm=statistics.mean(r["spec_tps"] / r["mlx_lm_tps"][best_k] for r in rows),
+        mlx_lm_best_k=best_k,
+        mlx_lm_speedup_vs_plain=statistics.mean(r["mlx_lm_tps"][best_k] / r["plain_tps"] for r in rows),
+        acceptance_rate=accepted / drafted if drafted else 0.0,
+        mean_accepted=accepted / rounds if rounds else 0.0,
+        identical_to_plain=all(r["identical_to_plain"] for r in rows),
+        k=ours.k_for("model"),
+    )
+
+
+def bench_lookup(lm: LoadedModel, n: int, log) -> dict:
+    """Part 2: prompt lookup on a copy-heavy edit with the embedded model."""
+    prompt = _prompt(lm, COPY_EDIT)
+    plain = _ours(Session(lm), prompt, n)
+    spec = _ours(Session(lm, speculator=Speculator(PromptLookup(), SpecPolicy(mode="on"))), prompt, n)
+    plain2 = _ours(Session(lm), prompt, n)
+    base = (plain.tps + plain2.tps) / 2
+    s = spec.stats
+    log(f"  lookup: plain {base:.2f} tok/s | lookup {spec.tps:.2f} tok/s (acceptance "
+        f"{s.acceptance_rate:.2f}, mean {s.mean_accepted:.2f}, K={s.k})")
+    return dict(lookup_speedup_vs_plain=spec.tps / base, lookup_plain_tps=base,
+                lookup_tps=spec.tps, lookup_acceptance_rate=s.acceptance_rate,
+                lookup_mean_accepted=s.mean_accepted,
+                lookup_identical_to_plain=spec.tokens == plain.tokens)
+
+
+def controlled_models(quick: bool, eps: float, log) -> tuple[LoadedModel, LoadedModel, dict]:
+    from .. import store
+    from .synthetic import controlled_pair, train_tokenizer
+
+    shape = (dict(hidden=256, draft_layers=1, extra_layers=8, vocab=2048) if quick else
+             dict(hidden=1024, draft_layers=2, extra_layers=22, vocab=8192))
+    root = store.home() / "bench" / ("h{hidden}-d{draft_layers}-x{extra_layers}-v{vocab}".format(**shape)
+                                     + f"-e{eps:g}")
+    tok = store.home() / "bench" / f"tokenizer-{shape['vocab']}"
+    if not (tok / "tokenizer.json").is_file():
+        log(f"training a {shape['vocab']}-token BPE tokenizer ...")
+        train_tokenizer(tok, shape["vocab"])
+    if not (root / "target" / "model.safetensors").is_file():
+        log(f"building the controlled pair in {root} ...")
+        controlled_pair(root, tok, hidden=shape["hidden"], draft_layers=shape["draft_layers"],
+                        extra_layers=shape["extra_layers"], eps=eps)
+    target = load_model(str(root / "target"), device="cpu")
+    draft = load_model(str(root / "draft"), device="cpu")
+    return target, draft, dict(shape, eps=eps)
+
+
+def run_bench(quick: bool = False, tokens: int | None = None, eps: float = 0.5,
+              ks: list[int] | None = None, log=lambda m: print(m, file=sys.stderr)) -> dict:
+    n = tokens or (24 if quick else 64)
+    ks = ks or ([2, 4] if quick else list(range(2, 9)))
+    target, draft, shape = controlled_models(quick, eps, log)
+    ctx = _prompt(target, WORKLOADS["code"])
+    t1, t8, d1 = (_forward_ms(target, 1, ctx), _forward_ms(target, 8, ctx), _forward_ms(draft, 1, ctx))
+    log(f"controlled pair {shape}: target step {t1:.1f} ms, 8-token verify {t8:.1f} ms, "
+        f"draft step {d1:.1f} ms (cost ratio {d1 / t1:.3f}); BLAS: {loaded_blas()}")
+    out = dict(pair=shape, blas=loaded_blas(), tokens=n, target_step_ms=t1,
+               target_verify8_ms=t8, draft_step_ms=d1, draft_cost_ratio=d1 / t1)
+    out.update(bench_pair(target, draft, n, ks, log))
+    from .. import store
+
+    if store.is_present():
+        emb = load_model(None, device="cpu")
+        out.update(bench_lookup(emb, 48 if quick else 160, log))
+    else:
+        log(f"embedded model missing: lookup part skipped ({store.PULL_HINT})")
+        out["lookup_speedup_vs_plain"] = None
+    rows = out.pop("rows")
+    out["workloads"] = rows
+    return out
+
+
+def main(args, cfg) -> int:
+    ks = [cfg.num_draft_tokens] if cfg.num_draft_tokens else None
+    result = run_bench(quick=args.quick, tokens=args.tokens, ks=ks, eps=args.eps)
+    if args.json:
+        print(json.dumps(result, indent=1))
+        return 0
+    print(f"draft-model speculation (controlled pair, acceptance {result['acceptance_rate']:.2f}):")
+    print(f"  speedup vs plain   {result['speedup_vs_plain']:.2f}x")
+    print(f"  speedup vs mlx-lm  {result['speedup_vs_mlx_lm']:.2f}x (mlx-lm best K={result['mlx_lm_best_k']},"
+          f" {result['mlx_lm_speedup_vs_plain']:.2f}x plain)")
+    print(f"  mean accepted/round {result['mean_accepted']:.2f}; recommended K {result['k']}")
+    print(f"  identical to plain  {result['identical_to_plain']}")
+    if result.get("lookup_speedup_vs_plain") is not None:
+        print(f"prompt lookup (embedded model, copy-heavy edit): "
+              f"{result['lookup_speedup_vs_plain']:.2f}x plain")
+    return 0

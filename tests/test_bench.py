@@ -1,0 +1,28 @@
+"""`spec-agent bench spec --quick --json`: one JSON object with the figures, greedy identical."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+@pytest.mark.embedded
+@pytest.mark.slow
+def test_bench_quick_json(embedded):
+    r = subprocess.run([sys.executable, "-m", "agent.cli", "bench", "spec", "--quick", "--json",
+                        "--tokens", "16"], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    for key in ("speedup_vs_plain", "speedup_vs_mlx_lm", "acceptance_rate", "mean_accepted",
+                "identical_to_plain", "lookup_speedup_vs_plain", "k"):
+        assert key in out, key
+    assert out["identical_to_plain"] is True
+    assert out["lookup_identical_to_plain"] is True
+    assert 0 <= out["acceptance_rate"] <= 1 and out["k"] >= 1
+    assert {w["workload"] for w in out["workloads"]} == {"code", "json", "prose", "edit"}
+    assert all(w["mlx_lm_tps"] for w in out["workloads"])
