@@ -23,6 +23,7 @@ from ..events import GenerationStats, TextDelta
 from .blas import loaded_blas
 from .drafters import DraftModel, PromptLookup
 from .loading import LoadedModel, load_model
+from .sampling import SamplingParams
 from .session import Session, render_chat
 from .speculative import SpecPolicy, Speculator
 
@@ -72,10 +73,11 @@ class Run:
     stats: GenerationStats | None = None
 
 
-def _ours(session: Session, prompt: list[int], n: int) -> Run:
+def _ours(session: Session, prompt: list[int], n: int,
+          params: SamplingParams = SamplingParams()) -> Run:
     toks: list[int] = []
     stats = None
-    for ev in session.generate(prompt, max_tokens=n, stop_tokens=set()):
+    for ev in session.generate(prompt, params=params, max_tokens=n, stop_tokens=set()):
         if isinstance(ev, TextDelta):
             toks += ev.tokens
         elif isinstance(ev, GenerationStats):
@@ -83,12 +85,14 @@ def _ours(session: Session, prompt: list[int], n: int) -> Run:
     return Run(toks, stats.decode_tps, stats)
 
 
-def _mlx_lm(target: LoadedModel, draft: LoadedModel, prompt: list[int], n: int, k: int) -> Run:
+def _mlx_lm(target: LoadedModel, draft: LoadedModel, prompt: list[int], n: int, k: int,
+            sampler=None) -> Run:
     from mlx_lm.generate import speculative_generate_step
 
     toks, first = [], 0.0
     for tok, _, _ in speculative_generate_step(mx.array(prompt), target.model, draft.model,
-                                               num_draft_tokens=k, max_tokens=n):
+                                               num_draft_tokens=k, max_tokens=n,
+                                               sampler=sampler):
         toks.append(int(tok))
         first = first or time.perf_counter()
     elapsed = time.perf_counter() - first
@@ -154,6 +158,28 @@ def bench_pair(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], l
     )
 
 
+def bench_sampled(target: LoadedModel, draft: LoadedModel, n: int, k: int, temp: float,
+                  log) -> dict:
+    """Temperature > 0 at one fixed K for both engines: exact rejection sampling (ours) vs
+    mlx-lm's sample-and-match, which accepts less. Same models, same prompt, interleaved."""
+    from mlx_lm.sample_utils import make_sampler
+
+    prompt = _prompt(target, WORKLOADS["prose"])
+    params = SamplingParams(temperature=temp)
+    fixed = SpecPolicy(mode="on", fixed_k=k)
+    plain = _ours(Session(target), prompt, n, params)
+    mine = _ours(Session(target, speculator=Speculator(DraftModel(draft), fixed)), prompt, n, params)
+    theirs = _mlx_lm(target, draft, prompt, n, k, sampler=make_sampler(temp=temp))
+    plain2 = _ours(Session(target), prompt, n, params)
+    base = (plain.tps + plain2.tps) / 2
+    s = mine.stats
+    log(f"  T={temp:g}, K={k}: plain {base:.2f} tok/s | ours {mine.tps:.2f} (acceptance "
+        f"{s.acceptance_rate:.2f}) | mlx-lm {theirs.tps:.2f}")
+    return dict(sampled_temperature=temp, sampled_k=k, sampled_speedup_vs_plain=mine.tps / base,
+                sampled_speedup_vs_mlx_lm=mine.tps / theirs.tps,
+                sampled_acceptance_rate=s.acceptance_rate)
+
+
 def bench_lookup(lm: LoadedModel, n: int, log) -> dict:
     """Part 2: prompt lookup on a copy-heavy edit with the embedded model."""
     prompt = _prompt(lm, COPY_EDIT)
@@ -203,6 +229,7 @@ def run_bench(quick: bool = False, tokens: int | None = None, eps: float = 0.5,
     out = dict(pair=shape, blas=loaded_blas(), tokens=n, target_step_ms=t1,
                target_verify8_ms=t8, draft_step_ms=d1, draft_cost_ratio=d1 / t1)
     out.update(bench_pair(target, draft, n, ks, log))
+    out.update(bench_sampled(target, draft, n, out["mlx_lm_best_k"], 0.7, log))
     from .. import store
 
     if store.is_present():
@@ -228,6 +255,9 @@ def main(args, cfg) -> int:
           f" {result['mlx_lm_speedup_vs_plain']:.2f}x plain)")
     print(f"  mean accepted/round {result['mean_accepted']:.2f}; recommended K {result['k']}")
     print(f"  identical to plain  {result['identical_to_plain']}")
+    print(f"  at T={result['sampled_temperature']:g}, K={result['sampled_k']}: "
+          f"{result['sampled_speedup_vs_plain']:.2f}x plain, "
+          f"{result['sampled_speedup_vs_mlx_lm']:.2f}x mlx-lm")
     if result.get("lookup_speedup_vs_plain") is not None:
         print(f"prompt lookup (embedded model, copy-heavy edit): "
               f"{result['lookup_speedup_vs_plain']:.2f}x plain")
