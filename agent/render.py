@@ -14,11 +14,11 @@ import json
 from typing import IO, Any
 
 from .events import (AgentResult, ApprovalRequired, AssistantMessage, Event, GenerationStats,
-                     GitAction, PrefillProgress, RunStopped, TextDelta, ToolCallFinished,
-                     ToolCallStarted, TurnStats, Warning)
+                     GitAction, PrefillProgress, RunStopped, SpeculationChanged, TextDelta,
+                     ToolCallFinished, ToolCallStarted, TurnStats, Warning)
 
 _STREAMED = (AssistantMessage, ToolCallStarted, ToolCallFinished, ApprovalRequired, GitAction,
-             Warning, TurnStats)
+             Warning, TurnStats, SpeculationChanged)
 
 
 def format_stats(s: GenerationStats) -> str:
@@ -76,6 +76,8 @@ class Renderer:
             msg = f"git: {ev.message}"
         elif isinstance(ev, Warning):
             msg = f"warning: {ev.message}"
+        elif isinstance(ev, SpeculationChanged) and self.stats:
+            msg = (f"speculation {'on, K=' + str(ev.k) if ev.enabled else 'off'}: {ev.reason}")
         elif isinstance(ev, TurnStats) and self.stats:
             msg = f"turn {ev.turn} {format_stats(ev.stats)}"
         if msg:

@@ -26,3 +26,12 @@ def test_bench_quick_json(embedded):
     assert 0 <= out["acceptance_rate"] <= 1 and out["k"] >= 1
     assert {w["workload"] for w in out["workloads"]} == {"code", "json", "prose", "edit"}
     assert all(w["mlx_lm_tps"] for w in out["workloads"])
+
+
+def test_loop_detection():
+    from agent.engine.bench import loop_period
+
+    assert loop_period([1, 2, 3] * 10) == 3
+    assert loop_period([7] * 30) == 1
+    assert loop_period(list(range(40))) == 0
+    assert loop_period([1, 2] * 3) == 0  # too short to judge

@@ -269,3 +269,30 @@ def test_sampling_is_exact(tiny_vocab_pair, drafter, params):
     assert stat < _chi2_critical(df), (stat, df)
     # and outcomes the filters exclude never appear
     assert all(want.get(key, 0) > 0 for key in counts)
+
+
+def test_from_draft_flags_and_interrupt_consistency(pair):
+    """from_draft marks exactly the accepted drafts; closing mid-generation leaves target and
+    draft caches consistent, so the next turn equals a cold run."""
+    target, draft = pair
+    spec = Session(target, speculator=Speculator(DraftModel(draft), SpecPolicy(mode="on", fixed_k=4)))
+    prompt = spec.render([{"role": "user", "content": "flags"}])
+    _, stats, events = run(spec, prompt, max_tokens=48, stop_tokens=set())
+    flags = [f for e in events if isinstance(e, TextDelta) for f in e.from_draft]
+    # The last round may be cut by max_tokens: its accepted drafts beyond the cut are not emitted.
+    assert stats.accepted - 4 <= sum(flags) <= stats.accepted
+    assert len(flags) == stats.generated_tokens and sum(flags) > 0
+    gen = spec.generate(prompt, max_tokens=48, stop_tokens=set())
+    seen = 0
+    for e in gen:
+        if isinstance(e, TextDelta):
+            seen += 1
+            if seen == 3:
+                break
+    gen.close()
+    assert spec.tcache.offset <= len(spec.tokens)
+    assert spec.speculator.drafter.cache.offset <= spec.tcache.offset
+    p2 = prompt + [5, 6, 7]
+    warm, _, _ = run(spec, p2, max_tokens=30, stop_tokens=set())
+    cold, _, _ = run(Session(target), p2, max_tokens=30, stop_tokens=set())
+    assert warm == cold
