@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-auto-commit", dest="auto_commit", action="store_const", const=False)
     p.add_argument("--no-constrained-calls", dest="constrained_calls", action="store_const",
                    const=False, help="decode tool calls freely and validate them afterwards")
-    p.add_argument("--tool-choice", choices=["auto", "first"],
+    p.add_argument("--tool-choice", choices=["auto", "first", "required"],
                    help="first: the model's first turn must start with a tool call")
     p.add_argument("-C", "--repo", type=Path, help="work in this directory (default: cwd)")
     p.add_argument("--stats", action="store_true", help="print generation figures to stderr")

@@ -38,7 +38,7 @@ class Config:
     memory_headroom_gb: float = 8.0
     shell_timeout_s: float = 60.0
     constrained_calls: bool = True  # decode tool calls under a grammar (llguidance)
-    tool_choice: str = "auto"  # auto | first: the first turn must open with a tool call
+    tool_choice: str = "auto"  # auto | first (first turn opens with a call) | required (every turn)
 
 
 _CHOICES = {
@@ -48,7 +48,7 @@ _CHOICES = {
     "drafter": {"auto", "model", "lookup", "combined"},
     "approval_mode": {"suggest", "auto-edit", "full-auto"},
     "dirty_files": {"commit", "stash", "refuse"},
-    "tool_choice": {"auto", "first"},
+    "tool_choice": {"auto", "first", "required"},
 }
 
 

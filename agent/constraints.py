@@ -83,7 +83,8 @@ def tool_call_grammar(
 
     `tools` maps names to objects with a `.schema` (tools.Tool). With `files` (repo path →
     content), `edit_file`'s `old` strings are substrings of the named file; `generic_edit`
-    keeps an unconstrained alternative for files not listed."""
+    keeps an unconstrained alternative for files not listed; without it (the listing is
+    complete) `read_file` paths are limited to the listed files too."""
     alts, rules = [], []
     for name, tool in tools.items():
         head = _lit(f'{{"name":"{name}","arguments":')
@@ -94,8 +95,13 @@ def tool_call_grammar(
             rules.append(f'call_{name}: {head} edit_args "}}"')
             rules += _edit_rules(files, generic_edit, props, item["new"])
         else:
+            schema = tool.schema
+            if name == "read_file" and files and not generic_edit:
+                # The listing is complete: a path to read must be one of the repo's files.
+                schema = json.loads(json.dumps(schema))
+                schema["properties"]["path"] = {"enum": sorted(files)}
             rules.append(f'call_{name}: {head} args_{name} "}}"')
-            rules.append(f"args_{name}: %json {json.dumps(tool.schema)}")
+            rules.append(f"args_{name}: %json {json.dumps(schema)}")
     top = [f'start: "\\n"? call "\\n"? {_lit(CLOSE)}', f"call: {' | '.join(alts)}"]
     return "\n".join(top + rules) + "\n"
 

@@ -64,7 +64,7 @@ class SessionModel:
         self.ctx = ctx  # tools.ToolContext: where edit_file's files are read for the grammar
         self.constrain = constrain
         self.tools = TOOLS if tools is None else tools  # what the grammar admits
-        self.tool_choice = tool_choice  # "first": the first turn starts with a call
+        self.tool_choice = tool_choice  # "first": the first turn opens with a call; "required": all
         self._ll_tok = None
         self.last_grammar = ""
 
@@ -95,7 +95,8 @@ class SessionModel:
 
     def generate(self, messages: list[dict[str, str]]) -> Iterator[Event]:
         prompt = self.session.render(messages)
-        if self.tool_choice == "first" and not any(m["role"] == "assistant" for m in messages):
+        first_turn = not any(m["role"] == "assistant" for m in messages)
+        if self.tool_choice == "required" or (self.tool_choice == "first" and first_turn):
             yield TextDelta(OPEN, ())
             yield from self._call(messages, prompt, OPEN, None)
             return

@@ -92,7 +92,7 @@ def system_prompt(root: Path) -> str:
         "to look at files, change them and run commands. Paths are relative to the repository root.",
         "",
         "To call a tool, write exactly one call and then stop:",
-        OPEN + '{"name":"read_file","arguments":{"path":"README.md"}}' + CLOSE,
+        OPEN + '{"name":"read_file","arguments":{"path":"src/main.py"}}' + CLOSE,
         "The result comes back in the next message. To change a file, read it first, then use "
         "edit_file with `old` copied exactly from the file. When the task is done, reply with a "
         "short summary and no tool call.",

@@ -22,13 +22,13 @@ PY
 printf '# calc\n\nTiny arithmetic helpers.\n' > "$WORK/README.md"
 git -C "$WORK" add -A && git -C "$WORK" commit -q -m "initial"
 
-TASK="Add a docstring to the function add in calc.py."
+TASK="Use edit_file to add a docstring to the function add in calc.py."
 echo "== sample repo: $WORK"
 echo "== task: $TASK"
-echo "== spec-agent -p ... --yes --max-turns 3 --tool-choice first --stats"
+echo "== spec-agent -p ... --yes --max-turns 3 --tool-choice required --stats"
 status=0
 "$BIN/spec-agent" -p "$TASK" -C "$WORK" --yes --max-turns 3 --max-tokens 96 \
-  --tool-choice first --stats 2>&1 || status=$?
+  --tool-choice required --stats 2>&1 || status=$?
 echo "== exit code: $status"
 echo "== git log"
 git -C "$WORK" log --format='%h %an: %s%n%w(0,4,4)%b' | sed '/^\s*$/d'

@@ -48,8 +48,10 @@ def test_grammar_admits_valid_calls_only(llama, ll_tok):
     assert not accepts(ll_tok, g, edit.replace("calc.py", "other.py") + CLOSE, tok)  # unknown file
     assert not accepts(ll_tok, g, '{"name":"read_file","arguments":{"path":"a","x":1}}', tok)
     assert not accepts(ll_tok, g, '{"name":"rm","arguments":{}}', tok)
+    assert not accepts(ll_tok, g, '{"name":"read_file","arguments":{"path":"nope.py"}}' + CLOSE, tok)
     generic = tool_call_grammar(TOOLS, FILES, generic_edit=True)
     assert accepts(ll_tok, generic, edit.replace("calc.py", "other.py") + CLOSE, tok)
+    assert accepts(ll_tok, generic, '{"name":"read_file","arguments":{"path":"nope.py"}}' + CLOSE, tok)
 
 
 def test_old_text_with_escapes_is_matched_in_json_form(llama, ll_tok):
