@@ -26,6 +26,7 @@ class Config:
     speculation: str = "auto"  # auto | on | off
     drafter: str = "auto"  # auto | model | lookup | combined
     num_draft_tokens: int = 0  # 0 = adaptive K
+    draft_confidence: float = 0.3  # the draft model stops a round below this top probability
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0

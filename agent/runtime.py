@@ -37,12 +37,14 @@ def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None]
         limit = int(getattr(target.model.args, "max_position_embeddings", 0) or 4096)
         for w in pairing_warnings(target, draft, limit, cfg.memory_headroom_gb):
             (warn or (lambda m: print(f"spec-agent: warning: {m}", file=sys.stderr)))(w)
+    if not 0.0 <= cfg.draft_confidence < 1.0:
+        raise ConfigError("draft_confidence must be in [0, 1)")
     if kind == "lookup":
         drafter = PromptLookup()
     elif kind == "model":
-        drafter = DraftModel(draft)
+        drafter = DraftModel(draft, cfg.draft_confidence)
     else:
-        drafter = Combined(DraftModel(draft), PromptLookup())
+        drafter = Combined(DraftModel(draft, cfg.draft_confidence), PromptLookup())
     policy = SpecPolicy(mode=cfg.speculation, fixed_k=cfg.num_draft_tokens)
     return Speculator(drafter, policy)
 

@@ -30,9 +30,10 @@ def run(session: Session, prompt, **kw):
 def make_drafter(kind: str, draft: LoadedModel):
     if kind == "model":
         return DraftModel(draft)
+    # min_n=1: even single-token matches propose, so lookup drafts often and is often wrong
     if kind == "lookup":
-        return PromptLookup()
-    return Combined(DraftModel(draft), PromptLookup())
+        return PromptLookup(max_n=3, min_n=1)
+    return Combined(DraftModel(draft), PromptLookup(max_n=3, min_n=1), confident_n=2)
 
 
 PROMPTS = ["def add(a, b):\n    return a + b\n", "import os\nprint(os.getcwd())",
@@ -296,3 +297,15 @@ def test_from_draft_flags_and_interrupt_consistency(pair):
     warm, _, _ = run(spec, p2, max_tokens=30, stop_tokens=set())
     cold, _, _ = run(Session(target), p2, max_tokens=30, stop_tokens=set())
     assert warm == cold
+
+
+def test_draft_stops_early_when_unsure(pair):
+    """A confidence floor the random draft cannot reach: one token per round, output unchanged."""
+    target, draft = pair
+    prompt = Session(target).render([{"role": "user", "content": "confidence"}])
+    want, _, _ = run(Session(target), prompt, max_tokens=30, stop_tokens=set())
+    spec = Session(target, speculator=Speculator(DraftModel(draft, min_confidence=0.9999),
+                                                 SpecPolicy(mode="on", fixed_k=6)))
+    got, stats, _ = run(spec, prompt, max_tokens=30, stop_tokens=set())
+    assert got == want
+    assert stats.drafted == stats.rounds  # the first token of a round is always drafted

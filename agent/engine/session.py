@@ -156,14 +156,7 @@ class Session:
         finish = "interrupted"
         try:
             cached = self._reuse_prefix(prompt)
-            todo = list(prompt[cached:-1])
-            if todo:
-                for start in range(0, len(todo), self.prefill_chunk):
-                    piece = todo[start : start + self.prefill_chunk]
-                    prefill(self.target.model, piece, self.tcache.cache, chunk=len(piece))
-                    done = min(start + self.prefill_chunk, len(todo))
-                    if len(todo) > self.prefill_chunk:
-                        yield PrefillProgress(done, len(todo))
+            yield from self._prefill(prompt[cached:-1])
             detok = self.tokenizer.detokenizer
             detok.reset()
             text_so_far = ""
@@ -203,6 +196,15 @@ class Session:
         finally:
             self._reconcile()
         yield self._stats(prompt, cached, tally, finish)
+
+    def _prefill(self, todo: Sequence[int]) -> Iterator[PrefillProgress]:
+        """Feed the uncached prompt tokens (all but the last) in chunks, reporting progress
+        when there is more than one chunk."""
+        for start in range(0, len(todo), self.prefill_chunk):
+            piece = list(todo[start : start + self.prefill_chunk])
+            prefill(self.target.model, piece, self.tcache.cache, chunk=len(piece))
+            if len(todo) > self.prefill_chunk:
+                yield PrefillProgress(min(start + self.prefill_chunk, len(todo)), len(todo))
 
     def _decode(
         self, pending: int, params: SamplingParams, constraint, max_tokens: int
