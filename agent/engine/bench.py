@@ -132,7 +132,10 @@ def _forward_ms(lm: LoadedModel, width: int, context: list[int], reps: int = 5) 
 
 def bench_pair(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], log) -> dict:
     """Part 1: draft-model speculation vs plain vs mlx-lm on every workload, interleaved."""
-    ours = Speculator(DraftModel(draft), SpecPolicy(mode="on"))  # persists: K adapts
+    from ..config import Config
+
+    # Product defaults (adaptive K, confidence floor); persists across workloads as K adapts.
+    ours = Speculator(DraftModel(draft, Config().draft_confidence), SpecPolicy(mode="on"))
     rows = []
     for name, text in WORKLOADS.items():
         prompt = _prompt(target, text)
