@@ -9,6 +9,8 @@ into the target cache). Drafters never touch the target's cache.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
 from typing import Protocol, Sequence
 
@@ -64,36 +66,51 @@ class DraftModel:
         self.rewind_to(n)
         return list(history[self.cache.offset :])
 
+    def _unsure(self, lps: list[mx.array], j: int) -> bool:
+        """Was draft step j (j >= 1) below the confidence floor? (Reads one value.)"""
+        if j < 1 or self.min_confidence <= 0:
+            return False
+        return math.exp(mx.max(lps[j]).item()) < self.min_confidence
+
     def propose(self, history, k, params, constraint=None) -> Draft:
         todo = self._sync(history)
         if len(todo) > 1:  # catch up (a new prompt, or tokens fed while drafting was off)
             prefill(self.lm.model, todo[:-1], self.cache.cache)
             self.fed.extend(todo[:-1])
             todo = todo[-1:]
-        out: list[int] = []
-        logqs: list[mx.array] = []
+        # Steps are queued with async_eval and fed to each other as lazy arrays: Python never
+        # waits on a draft step, except to read the previous step's confidence (one behind,
+        # so the current step computes meanwhile) or the token values a constraint needs.
+        toks: list[mx.array] = []
+        lps: list[mx.array] = []
+        keep = k
+        inp: mx.array = mx.array(todo, dtype=mx.uint32)
         for i in range(k):
-            logits = forward(self.lm.model, todo, self.cache.cache)[-1:]
-            self.fed.extend(todo)
+            logits = forward(self.lm.model, inp, self.cache.cache)[-1:]
             if constraint is not None:
-                logits = apply_mask(logits, constraint.masks(out)[-1:])
+                logits = apply_mask(logits, constraint.masks([int(t.item()) for t in toks])[-1:])
             if params.greedy:
                 lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
                 tok = mx.argmax(lp, axis=-1)
             else:
                 lp = log_probs(logits, params)
                 tok = mx.random.categorical(lp, axis=-1)
+            mx.async_eval(tok, lp)
+            toks.append(tok)
+            lps.append(lp)
             # Stop early where the draft itself is unsure: such tokens are rarely accepted.
-            if i > 0 and self.min_confidence > 0 and mx.exp(mx.max(lp)).item() < self.min_confidence:
+            if self._unsure(lps, i - 1):
+                keep = i - 1
                 break
-            if not params.greedy:
-                logqs.append(lp)
-            t = int(tok.item())
-            out.append(t)
-            todo = [t]
-        # The last proposed token was not fed; the cache holds history + out[:-1].
-        logq = mx.concatenate(logqs, axis=0)[: len(out)] if logqs else None
-        return Draft(out, logq, self.name)
+            inp = tok
+        else:
+            if self._unsure(lps, k - 1):
+                keep = k - 1
+        values = mx.concatenate(toks).tolist()
+        # Step i fed the token before it: history's last token, then values[:-1].
+        self.fed.extend(todo + values[: len(toks) - 1])
+        logq = mx.concatenate(lps[:keep], axis=0) if not params.greedy and keep else None
+        return Draft(values[:keep], logq, self.name)
 
 
 class PromptLookup:
