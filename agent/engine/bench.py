@@ -130,12 +130,14 @@ def _forward_ms(lm: LoadedModel, width: int, context: list[int], reps: int = 5) 
     return statistics.median(times) * 1000
 
 
-def bench_pair(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], log) -> dict:
+def bench_pair(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], log,
+               fixed_k: int = 0) -> dict:
     """Part 1: draft-model speculation vs plain vs mlx-lm on every workload, interleaved."""
     from ..config import Config
 
     # Product defaults (adaptive K, confidence floor); persists across workloads as K adapts.
-    ours = Speculator(DraftModel(draft, Config().draft_confidence), SpecPolicy(mode="on"))
+    ours = Speculator(DraftModel(draft, Config().draft_confidence),
+                      SpecPolicy(mode="on", fixed_k=fixed_k))
     rows = []
     for name, text in WORKLOADS.items():
         prompt = _prompt(target, text)
@@ -248,9 +250,10 @@ def controlled_models(quick: bool, eps: float, log) -> tuple[LoadedModel, Loaded
 
 
 def run_bench(quick: bool = False, tokens: int | None = None, eps: float = 0.5,
-              ks: list[int] | None = None, log=lambda m: print(m, file=sys.stderr)) -> dict:
+              fixed_k: int = 0, log=lambda m: print(m, file=sys.stderr)) -> dict:
+    """`fixed_k`: pin K for ours and run mlx-lm at that K only (equal-K comparison)."""
     n = tokens or (24 if quick else 64)
-    ks = ks or ([2, 4] if quick else list(range(2, 9)))
+    ks = [fixed_k] if fixed_k else [2, 4] if quick else list(range(2, 9))
     target, draft, shape = controlled_models(quick, eps, log)
     ctx = _prompt(target, WORKLOADS["code"])
     t1, t8, d1 = (_forward_ms(target, 1, ctx), _forward_ms(target, 8, ctx), _forward_ms(draft, 1, ctx))
@@ -258,7 +261,7 @@ def run_bench(quick: bool = False, tokens: int | None = None, eps: float = 0.5,
         f"draft step {d1:.1f} ms (cost ratio {d1 / t1:.3f}); BLAS: {loaded_blas()}")
     out = dict(pair=shape, blas=loaded_blas(), tokens=n, target_step_ms=t1,
                target_verify8_ms=t8, draft_step_ms=d1, draft_cost_ratio=d1 / t1)
-    out.update(bench_pair(target, draft, n, ks, log))
+    out.update(bench_pair(target, draft, n, ks, log, fixed_k))
     out.update(bench_sampled(target, draft, n, out["mlx_lm_best_k"], 0.7, 1 if quick else 4, log))
     from .. import store
 
@@ -274,8 +277,8 @@ def run_bench(quick: bool = False, tokens: int | None = None, eps: float = 0.5,
 
 
 def main(args, cfg) -> int:
-    ks = [cfg.num_draft_tokens] if cfg.num_draft_tokens else None
-    result = run_bench(quick=args.quick, tokens=args.tokens, ks=ks, eps=args.eps)
+    result = run_bench(quick=args.quick, tokens=args.tokens, eps=args.eps,
+                       fixed_k=cfg.num_draft_tokens)
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
