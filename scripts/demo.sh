@@ -27,7 +27,7 @@ echo "== sample repo: $WORK"
 echo "== task: $TASK"
 echo "== spec-agent -p ... --yes --max-turns 3 --tool-choice required --stats"
 status=0
-"$BIN/spec-agent" -p "$TASK" -C "$WORK" --yes --max-turns 3 --max-tokens 96 \
+"$BIN/spec-agent" -p "$TASK" -C "$WORK" --yes --max-turns 3 --max-tokens 192 \
   --tool-choice required --stats 2>&1 || status=$?
 echo "== exit code: $status"
 echo "== git log"
