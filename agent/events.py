@@ -38,7 +38,8 @@ class PrefillProgress(Event):
 @dataclass(frozen=True)
 class TextDelta(Event):
     """Newly decoded text with the tokens behind it; `from_draft[i]` says token i was a
-    drafted token the target accepted (False for the target's own token each round)."""
+    drafted token the target accepted (grammar-forced tokens included; False for the
+    target's own token each round)."""
 
     text: str
     tokens: tuple[int, ...]
@@ -66,6 +67,7 @@ class GenerationStats(Event):
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
+    forced_tokens: int = 0  # tokens the grammar determined, verified as free drafts
     k: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0

@@ -34,6 +34,7 @@ def merge_stats(a: GenerationStats, b: GenerationStats) -> GenerationStats:
         rounds=a.rounds + b.rounds,
         drafted=a.drafted + b.drafted,
         accepted=a.accepted + b.accepted,
+        forced_tokens=a.forced_tokens + b.forced_tokens,
         draft_s=a.draft_s + b.draft_s,
         verify_s=a.verify_s + b.verify_s,
         speculative=a.speculative or b.speculative,

@@ -309,3 +309,94 @@ def test_draft_stops_early_when_unsure(pair):
     got, stats, _ = run(spec, prompt, max_tokens=30, stop_tokens=set())
     assert got == want
     assert stats.drafted == stats.rounds  # the first token of a round is always drafted
+
+
+# ---- review fixes: constrained speculation, wider drafts, caches that cannot rewind ------
+
+
+def _tool_constraint(lm):
+    from agent.constraints import GrammarConstraint, ll_tokenizer, tool_call_grammar
+    from tools import TOOLS
+
+    files = {"calc.py": "def add(a, b):\n    return a + b\n"}
+    grammar = tool_call_grammar(TOOLS, files, generic_edit=False)
+    return GrammarConstraint(ll_tokenizer(lm.tokenizer), grammar, lm.vocab_size)
+
+
+def _wide_draft(draft: LoadedModel, extra: int = 64) -> LoadedModel:
+    """The draft with its embedding and head padded by `extra` rows (same tokenizer)."""
+    from mlx_lm.models.llama import Model, ModelArgs
+
+    args = ModelArgs.from_dict({**vars(draft.model.args), "vocab_size": draft.vocab_size + extra})
+    m = Model(args)
+    m.update(draft.model.parameters())
+    pad = mx.random.normal((extra, args.hidden_size))
+    m.model.embed_tokens.weight = mx.concatenate([draft.model.model.embed_tokens.weight, pad])
+    if not args.tie_word_embeddings:
+        m.lm_head.weight = mx.concatenate([draft.model.lm_head.weight, pad])
+    mx.eval(m.parameters())
+    return LoadedModel(m, draft.tokenizer, "wide", draft.source, draft.dtype, draft.device)
+
+
+@pytest.mark.parametrize("kind", ["model", "combined"])
+def test_constrained_speculation_equals_constrained_plain(pair, kind):
+    """Grammar masks at every verify position, forced tokens as free drafts, a draft whose
+    embedding is wider than the target's: output equals constrained plain decoding."""
+    from agent.config import Config
+    from agent.runtime import make_speculator
+
+    target, draft = pair
+    prompt = Session(target).render([{"role": "user", "content": "call a tool"}]) + \
+        target.tokenizer.encode("<tool_call>", add_special_tokens=False)
+    want, _, _ = run(Session(target), prompt, max_tokens=80, constraint=_tool_constraint(target))
+    spec = make_speculator(Config(drafter=kind, speculation="on", draft_model="x"), target,
+                           _wide_draft(draft))
+    got, stats, _ = run(Session(target, speculator=spec), prompt, max_tokens=80,
+                        constraint=_tool_constraint(target))
+    assert got == want
+    assert stats.forced_tokens > 0 and stats.accepted <= stats.drafted
+    assert '{"name":' in target.tokenizer.decode(got)
+
+
+def test_wider_draft_samples_without_error(pair):
+    from agent.config import Config
+    from agent.runtime import make_speculator
+
+    target, draft = pair
+    spec = make_speculator(Config(drafter="model", speculation="on", draft_model="x"), target,
+                           _wide_draft(draft))
+    prompt = Session(target).render([{"role": "user", "content": "sample"}])
+    toks, stats, _ = run(Session(target, speculator=spec), prompt, max_tokens=30,
+                         params=SamplingParams(temperature=1.0), stop_tokens=set())
+    assert len(toks) == 30 and max(toks) < target.vocab_size and stats.rounds > 0
+
+
+def _sliding_window(lm: LoadedModel, size: int) -> LoadedModel:
+    from mlx_lm.models.cache import RotatingKVCache
+
+    class Windowed(type(lm.model)):
+        def make_cache(self):
+            return [RotatingKVCache(max_size=size, keep=2) for _ in self.layers]
+
+    m = Windowed(lm.model.args)
+    m.update(lm.model.parameters())
+    return LoadedModel(m, lm.tokenizer, "windowed", lm.source, lm.dtype, lm.device)
+
+
+def test_cache_that_cannot_rewind_is_reset_and_refuses_speculation(pair):
+    from agent.config import Config
+    from agent.engine.session import ModelCache
+    from agent.engine.step import prefill
+    from agent.runtime import make_speculator
+
+    target, _ = pair
+    windowed = _sliding_window(target, 8)
+    mc = ModelCache(windowed)
+    prefill(windowed.model, list(range(10, 22)), mc.cache, chunk=1)
+    assert mc.offset == 12 and not mc.rewindable
+    mc.rewind_to(5)  # the window has wrapped: trimming is impossible, so start over
+    assert mc.offset == 0
+    warnings = []
+    assert make_speculator(Config(speculation="on"), windowed, None, warnings.append) is None
+    assert warnings and "cannot drop rejected tokens" in warnings[0]
+    assert ModelCache(target).rewindable

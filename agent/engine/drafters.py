@@ -44,14 +44,16 @@ class DraftModel:
 
     name = "model"
 
-    def __init__(self, lm: LoadedModel, min_confidence: float = 0.0):
+    def __init__(self, lm: LoadedModel, min_confidence: float = 0.0, vocab_limit: int = 0):
         from .session import ModelCache
 
         self.lm = lm
         self.cache = ModelCache(lm)
         self.fed: list[int] = []  # tokens in the draft cache (a prefix of the history)
-        # Stop drafting once the draft's own top probability falls below this (greedy only).
+        # Stop drafting once the draft's own top probability falls below this.
         self.min_confidence = min_confidence
+        # Propose only ids the target has (the target's embedding may be narrower).
+        self.vocab_limit = vocab_limit or lm.vocab_size
 
     def rewind_to(self, n: int) -> None:
         self.cache.rewind_to(n)
@@ -72,12 +74,19 @@ class DraftModel:
             return False
         return math.exp(mx.max(lps[j]).item()) < self.min_confidence
 
-    def propose(self, history, k, params, constraint=None) -> Draft:
+    def prepare(self, history: Sequence[int]) -> list[int]:
+        """Catch the cache up with `history` but its last token (a new prompt, tool output, or
+        tokens decoded while drafting was off); returns the one token left to feed."""
         todo = self._sync(history)
-        if len(todo) > 1:  # catch up (a new prompt, or tokens fed while drafting was off)
+        if len(todo) > 1:
             prefill(self.lm.model, todo[:-1], self.cache.cache)
             self.fed.extend(todo[:-1])
             todo = todo[-1:]
+        return todo
+
+    def propose(self, history, k, params, constraint=None) -> Draft:
+        todo = self.prepare(history)
+        width = self.vocab_limit
         # Steps are queued with async_eval and fed to each other as lazy arrays: Python never
         # waits on a draft step, except to read the previous step's confidence (one behind,
         # so the current step computes meanwhile) or the token values a constraint needs.
@@ -86,9 +95,10 @@ class DraftModel:
         keep = k
         inp: mx.array = mx.array(todo, dtype=mx.uint32)
         for i in range(k):
-            logits = forward(self.lm.model, inp, self.cache.cache)[-1:]
+            logits = forward(self.lm.model, inp, self.cache.cache)[-1:, :width]
             if constraint is not None:
-                logits = apply_mask(logits, constraint.masks([int(t.item()) for t in toks])[-1:])
+                mask = constraint.masks([int(t.item()) for t in toks])[-1:]
+                logits = apply_mask(logits, _fit_width(mask, width))
             if params.greedy:
                 lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
                 tok = mx.argmax(lp, axis=-1)
@@ -178,6 +188,13 @@ class PromptLookup:
         return Draft(cont, None, self.name)
 
 
+def _fit_width(mask: mx.array, width: int) -> mx.array:
+    """A (1, V') mask cut or padded (with False) to `width` columns."""
+    if mask.shape[-1] >= width:
+        return mask[:, :width]
+    return mx.concatenate([mask, mx.zeros((1, width - mask.shape[-1]), dtype=mx.bool_)], axis=-1)
+
+
 def _continue(seq: Sequence[int], end: int, k: int) -> list[int]:
     """seq[end:end+k], extended periodically past the end of seq: a match close to the end
     means the text repeats with period len(seq) - end, so the draft repeats it too."""
@@ -200,6 +217,9 @@ class Combined:
     def rewind_to(self, n: int) -> None:
         self.model.rewind_to(n)
         self.lookup.rewind_to(n)
+
+    def prepare(self, history: Sequence[int]) -> None:
+        self.model.prepare(history)
 
     def propose(self, history, k, params, constraint=None) -> Draft:
         n, cont = self.lookup.match(history, self.lookup_k)

@@ -70,16 +70,23 @@ class ModelCache:
         return int(self.cache[0].offset)
 
     def rewind_to(self, n: int) -> None:
-        """Keep only the first `n` tokens (or start empty when the cache cannot trim)."""
+        """Keep only the first `n` tokens, or start empty when the cache cannot trim that far
+        (recurrent layers; a sliding window that has wrapped trims nothing)."""
         from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
         excess = self.offset - n
         if excess <= 0:
             return
-        if self.trimmable:
-            trim_prompt_cache(self.cache, excess)
-        else:
-            self.cache = make_prompt_cache(self.lm.model)
+        if self.trimmable and trim_prompt_cache(self.cache, excess) == excess and self.offset == n:
+            return
+        self.cache = make_prompt_cache(self.lm.model)
+
+    @property
+    def rewindable(self) -> bool:
+        """Can this cache always drop its last tokens? Speculation needs that every round."""
+        from mlx_lm.models.cache import KVCache
+
+        return self.trimmable and all(type(c) is KVCache for c in self.cache)
 
 
 @dataclass

@@ -34,8 +34,12 @@ def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams) -> t
     d = mx.array(draft.tokens, dtype=mx.int32)
     rows = mx.arange(k)
     logp_d = lp[rows, d]
+    logq = draft.logq
+    if logq is not None and logq.shape[-1] < lp.shape[-1]:  # a narrower draft: q = 0 beyond it
+        pad = mx.full((k, lp.shape[-1] - logq.shape[-1]), -mx.inf, dtype=logq.dtype)
+        logq = mx.concatenate([logq, pad], axis=-1)
     # Accept d_i with probability min(1, p(d_i) / q(d_i)); a deterministic proposal has q = 1.
-    logq_d = draft.logq[rows, d] if draft.logq is not None else mx.zeros((k,))
+    logq_d = logq[rows, d] if logq is not None else mx.zeros((k,))
     u = mx.random.uniform(shape=(k,))
     accepted = (mx.log(u) < logp_d - logq_d).tolist()
     n = accepted.index(False) if False in accepted else k
@@ -43,7 +47,7 @@ def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams) -> t
         return n, int(mx.random.categorical(lp[k]).item())
     # Rejected at n: draw from the residual max(0, p - q), renormalized.
     p = mx.exp(lp[n])
-    q = mx.exp(draft.logq[n]) if draft.logq is not None else (mx.arange(p.shape[-1]) == d[n])
+    q = mx.exp(logq[n]) if logq is not None else (mx.arange(p.shape[-1]) == d[n])
     residual = mx.maximum(p - q, 0.0)
     if residual.sum().item() <= 0:  # p == q up to rounding: rejection had probability ~0
         residual = p
@@ -75,8 +79,8 @@ def verify_round(
         nxt = best[n]
     else:
         n, nxt = _accept_sampled(logits, draft, params)
-    if k - n:
-        trim_prompt_cache(cache, k - n)
+    if k - n and trim_prompt_cache(cache, k - n) != k - n:
+        raise RuntimeError("the target's KV cache could not drop rejected draft tokens")
     return [*draft.tokens[:n], nxt], n
 
 
@@ -107,6 +111,7 @@ class _CallStats:
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
+    forced: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
     k: int = 0
@@ -140,8 +145,8 @@ class Speculator:
     def stats(self) -> dict:
         c = self.call
         return dict(speculative=True, drafter=self.drafter.name, rounds=c.rounds,
-                    drafted=c.drafted, accepted=c.accepted, k=c.k, draft_s=c.draft_s,
-                    verify_s=c.verify_s)
+                    drafted=c.drafted, accepted=c.accepted, forced_tokens=c.forced, k=c.k,
+                    draft_s=c.draft_s, verify_s=c.verify_s)
 
     # ---- policy -------------------------------------------------------------------------
 
@@ -218,7 +223,12 @@ class Speculator:
         yield SpeculationChanged(False, 0, reason)
 
     def _round(self, session, pending: int, params, constraint) -> tuple[list[int], int]:
+        t_prep = time.perf_counter()
+        prepare = getattr(self.drafter, "prepare", None)
+        if prepare is not None:  # catch-up is prefill work: kept out of the speed comparison
+            prepare(session.tokens)
         t0 = time.perf_counter()
+        self.call.draft_s += t0 - t_prep
         forced = constraint.forced() if constraint is not None else []
         if forced:  # tokens the grammar determines are free, always-accepted drafts
             draft = Draft(forced[: self.policy.lookup_k_max], None, "forced")
@@ -236,7 +246,9 @@ class Speculator:
         c = self.call
         c.draft_s += t1 - t0
         c.verify_s += t2 - t1
-        if draft.tokens:  # a lookup miss is just a plain step, not a round
+        if draft.source == "forced":  # grammar-determined: not a measure of the drafter
+            c.forced += n
+        elif draft.tokens:  # a lookup miss is just a plain step, not a round
             c.rounds += 1
             c.drafted += len(draft.tokens)
             c.accepted += n
