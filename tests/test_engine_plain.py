@@ -65,8 +65,7 @@ def test_embedded_answers_coding_request(embedded):
 def test_max_tokens_and_stats(llama):
     prompt = chat_prompt(llama, "hello")
     toks, stats, _ = run(Session(llama), prompt, max_tokens=7, stop_tokens=set())
-    if stats.finish_reason == "length":
-        assert len(toks) == 7
+    assert stats.finish_reason == "length" and len(toks) == 7 == stats.generated_tokens
     assert stats.prompt_tokens == len(prompt) and stats.cached_tokens == 0
     assert stats.peak_memory_gb > 0
 
@@ -130,3 +129,15 @@ def test_stop_strings_cut_text(llama):
     text2 = "".join(e.text for e in ev2 if isinstance(e, TextDelta))
     assert stats.finish_reason == "stop_string"
     assert text2.endswith(needle) and text2 == text[: text.find(needle) + 3]
+
+
+def test_layers_at_different_offsets_reset_the_cache(llama):
+    """A Ctrl-C inside a forward pass can leave layers at different offsets: start over."""
+    from agent.engine.session import ModelCache
+    from agent.engine.step import prefill
+
+    mc = ModelCache(llama)
+    prefill(llama.model, list(range(5, 15)), mc.cache)
+    mc.cache[-1].trim(3)  # as if the last layer had not been reached
+    mc.rewind_to(8)
+    assert {c.offset for c in mc.cache} == {0}

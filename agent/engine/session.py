@@ -74,6 +74,9 @@ class ModelCache:
         (recurrent layers; a sliding window that has wrapped trims nothing)."""
         from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
+        if len({c.offset for c in self.cache}) > 1:  # interrupted inside a forward pass
+            self.cache = make_prompt_cache(self.lm.model)
+            return
         excess = self.offset - n
         if excess <= 0:
             return
