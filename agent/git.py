@@ -1,9 +1,12 @@
 """Git safety for the agent (GitPython): the user's uncommitted work is never lost.
 
 - Before the agent first edits a file with uncommitted changes, `protect()` commits that
-  file as the user's own work (or stashes it, or refuses), per `Config.dirty_files`.
+  file as the user's own work (or stashes it, or refuses), per `Config.dirty_files`. An
+  existing file that git ignores (`.env`) cannot be saved that way, so editing it is refused;
+  a new file in an ignored place may be created (and edited again in the same run).
 - `commit_turn()` commits the files the agent changed in one turn with a generated message
-  and the trailer `Agent: spec-agent`, which is how agent commits are recognised.
+  and the trailer `Agent: spec-agent`, which is how agent commits are recognised; ignored
+  files among them are left out.
 - `undo()` reverts the agent's last commit only: it refuses when HEAD is not an agent commit
   (e.g. the user committed on top) and keeps unrelated uncommitted changes (`reset --keep`).
 Outside a git repository every method is a no-op and `warning` says so once.
@@ -13,6 +16,7 @@ Does not push, pull, branch or touch files other than those named.
 from __future__ import annotations
 
 import os
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,11 +89,26 @@ class GitGuard:
         return self.repo.head.is_valid()
 
     def is_dirty(self, rel: str) -> bool:
-        """True when `rel` has uncommitted changes (worktree or index) or is untracked."""
+        """True when `rel` has uncommitted changes (worktree or index) or is untracked.
+        `--untracked-files=all`: the user's `status.showUntrackedFiles = no` must not hide
+        an untracked file from protection."""
         if not (Path(self.repo.working_tree_dir) / rel).exists() and not self._has_head():
             return False
-        out = self.repo.git.status("--porcelain", "--", rel)
+        out = self.repo.git.status("--porcelain", "--untracked-files=all", "--", rel)
         return bool(out.strip())
+
+    def ignored(self, rels: list[str]) -> set[str]:
+        """Which of `rels` git ignores (.gitignore, info/exclude); tracked files never are."""
+        import git
+
+        if not rels:
+            return set()
+        proc = subprocess.run(["git", "check-ignore", "--stdin", "-z"], cwd=self.repo.working_tree_dir,
+                              input="\0".join(rels) + "\0", capture_output=True, text=True)
+        if proc.returncode not in (0, 1):  # 1 = none ignored
+            raise git.exc.GitCommandError(["git", "check-ignore"], proc.returncode, proc.stderr)
+        out = proc.stdout
+        return {p for p in out.split("\0") if p}
 
     # ---- the three operations ------------------------------------------------------------
 
@@ -105,6 +124,11 @@ class GitGuard:
             self.protected.add(rel)
             return ""
         try:
+            if self.ignored([rel]):
+                # git cannot back it up or undo the edit, and the user's file (.env, a local
+                # config) is often not recoverable any other way: refuse.
+                return (f"{path} is ignored by git (.gitignore), so spec-agent cannot back it up "
+                        "or undo an edit to it; refusing to change it. Ask the user to edit it.")
             if not self.is_dirty(rel):
                 self.protected.add(rel)
                 return ""
@@ -130,6 +154,12 @@ class GitGuard:
         if not (self.enabled and self.auto_commit and paths):
             return ""
         rels = sorted({self._rel(p) for p in paths})
+        try:
+            rels = [r for r in rels if r not in self.ignored(rels)]  # `git add` refuses them
+        except git.exc.GitCommandError as e:
+            raise GitSafetyError(f"auto-commit failed: {e.stderr.strip() or e}") from None
+        if not rels:
+            return ""
         summary = " ".join(task.split())
         summary = summary if len(summary) <= 60 else summary[:57] + "..."
         message = f"spec-agent: {summary}\n\nTurn {turn} edited: {', '.join(rels)}\n\n{TRAILER}\n"

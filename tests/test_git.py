@@ -112,3 +112,39 @@ def test_outside_git_features_are_off_with_one_warning(plain_dir):
     assert "return a + b" in (plain_dir / "calc.py").read_text()
     with pytest.raises(GitSafetyError):
         GitGuard.open(plain_dir).undo()
+
+
+def _ignore_env(root) -> None:
+    (root / ".gitignore").write_text((root / ".gitignore").read_text() + ".env\n")
+    git(root, "commit", "-qam", "ignore .env")
+    (root / ".env").write_text("API_KEY=mine\n")
+
+
+def test_ignored_user_file_is_refused_and_the_turn_still_commits(git_repo):
+    _ignore_env(git_repo)
+    both = call("write_file", path=".env", content="API_KEY=\n") + EDIT
+    events = run_agent(git_repo, [both, "Done."])
+    done = [e for e in events if isinstance(e, ToolCallFinished)]
+    assert not done[0].ok and "ignored by git" in done[0].output and done[1].ok
+    assert (git_repo / ".env").read_text() == "API_KEY=mine\n"
+    assert not [e for e in events if isinstance(e, Warning)]
+    assert git(git_repo, "show", "--name-only", "--format=", "HEAD").split() == ["calc.py"]
+
+
+def test_new_file_in_ignored_folder_is_created_but_not_committed(git_repo):
+    new = call("write_file", path="build/out.txt", content="1\n")
+    again = call("write_file", path="build/out.txt", content="2\n")
+    events = run_agent(git_repo, [new + EDIT, again, "Done."])
+    assert all(e.ok for e in events if isinstance(e, ToolCallFinished))
+    assert not [e for e in events if isinstance(e, Warning)]
+    assert (git_repo / "build/out.txt").read_text() == "2\n"
+    assert git(git_repo, "show", "--name-only", "--format=", "HEAD").split() == ["calc.py"]
+    assert git(git_repo, "status", "--porcelain") == ""
+
+
+def test_untracked_file_is_protected_whatever_show_untracked_files_says(git_repo):
+    git(git_repo, "config", "status.showUntrackedFiles", "no")
+    (git_repo / "notes.txt").write_text("my notes\n")
+    run_agent(git_repo, [call("write_file", path="notes.txt", content="agent\n"), "Done."])
+    assert git(git_repo, "show", "HEAD~1:notes.txt") == "my notes\n"
+    assert (git_repo / "notes.txt").read_text() == "agent\n"
