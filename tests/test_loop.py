@@ -9,6 +9,7 @@ from types import SimpleNamespace
 import pytest
 from scripted import INTERRUPT, ScriptedModel, call, full_auto, git, git_repo, plain_dir  # noqa: F401
 
+from agent.approvals import denylisted
 from agent.config import Config
 from agent.events import (AgentResult, ApprovalRequired, AssistantMessage, RunStopped,
                           ToolCallFinished, ToolCallStarted, TurnStats)
@@ -88,6 +89,39 @@ def test_denylisted_command_blocked_even_in_full_auto(git_repo, command):
     ask = [e for e in events if isinstance(e, ApprovalRequired)]
     assert ask and ask[0].reason.startswith("destructive")
     assert events[-1].is_error and not (git_repo / "ran.txt").exists()
+
+
+DESTRUCTIVE = [
+    "git checkout .", "git restore .", "git restore src/", "git checkout -- calc.py",
+    "git checkout calc.py", "git checkout HEAD~1 -- calc.py", "git checkout -f main",
+    "git reset --hard", "git reset HEAD --hard", "git -C . reset --hard HEAD~1",
+    "git stash", "git stash -u", "git stash push -m wip", "git stash drop", "git stash clear",
+    "git clean -fd", "git clean -xdf", "git clean -d -f", "git push -f", "git push origin +main",
+    "rm -rf /", "rm -rf ..", "rm -rf '/'", 'rm -rf "$HOME"', "rm -fr ~", "rm -r -f /",
+    "rm -rf .", "rm -rf ./", "rm -rf *", "rm -rf .git", 'rm -rf "$DIR"', "/bin/rm -rf /",
+    "env X=1 rm -rf /", "echo $(rm -rf /)", 'bash -c "rm -rf /"', "cd /tmp && rm -rf x",
+    "cp x /etc/passwd", "mv calc.py /tmp/", "tee -a /etc/hosts < x", "echo hi >> ~/.bashrc",
+    "cp a b && cp x /etc/passwd", "find / -name x -delete", "sudo ls",
+]
+HARMLESS = [
+    "git status", "git diff", "git log --oneline", "git checkout main", "git checkout -b new",
+    "git restore --staged calc.py", "git stash list", "git stash pop", "git clean -n",
+    "git push origin main", "git commit -am wip", "rm build/tmp.txt", "rm -rf build", "rm *.pyc",
+    "cp calc.py calc2.py", "mv a b", "echo x > out.txt", "echo x 2>&1 | tail -1",
+    "python -m pytest -q 2>/dev/null", "find . -name '*.pyc' -delete", "cd sub && rm x.txt",
+    "grep -rn foo .", "rm .git/index.lock",
+]
+
+
+@pytest.mark.parametrize("command", DESTRUCTIVE)
+def test_denylist_catches_work_destroying_commands(git_repo, command):
+    assert denylisted(command, git_repo), command
+
+
+@pytest.mark.parametrize("command", HARMLESS)
+def test_denylist_lets_everyday_commands_through(git_repo, command):
+    (git_repo / "build").mkdir(exist_ok=True)
+    assert denylisted(command, git_repo) == ""
 
 
 def test_full_auto_runs_shell(git_repo):
