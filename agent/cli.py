@@ -11,6 +11,7 @@ from pathlib import Path
 from . import __version__
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a process killed by SIGPIPE (128 + 13)
 
 
 def _engine_flags(p: argparse.ArgumentParser) -> None:
@@ -47,6 +48,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-turns", type=int)
     p.add_argument("--approval-mode", choices=["suggest", "auto-edit", "full-auto"])
     p.add_argument("-y", "--yes", action="store_true", help="approve everything (full-auto)")
+    p.add_argument("--dirty-files", choices=["commit", "stash", "refuse"],
+                   help="what to do with your uncommitted changes to a file the agent edits")
+    p.add_argument("--shell-timeout-s", type=float, metavar="SECONDS",
+                   help="kill a shell command after this long (default 60)")
     p.add_argument("--no-auto-commit", dest="auto_commit", action="store_const", const=False)
     p.add_argument("--no-constrained-calls", dest="constrained_calls", action="store_const",
                    const=False, help="decode tool calls freely and validate them afterwards")
@@ -76,7 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _flags(args: argparse.Namespace) -> dict:
     keys = ("model", "draft_model", "num_draft_tokens", "speculation", "drafter", "temperature",
             "top_p", "top_k", "min_p", "max_tokens", "device", "blas", "max_turns",
-            "approval_mode", "auto_commit", "constrained_calls", "tool_choice")
+            "approval_mode", "auto_commit", "constrained_calls", "tool_choice", "dirty_files",
+            "shell_timeout_s")
     out = {k: getattr(args, k, None) for k in keys}
     if getattr(args, "yes", False):
         out["approval_mode"] = "full-auto"
@@ -88,6 +94,23 @@ def _needs_engine(args: argparse.Namespace) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit code (see agent/commands.py for a run's codes)."""
+    try:
+        try:
+            return _main(argv)
+        finally:
+            sys.stdout.flush()  # a closed pipe shows up here, not in the interpreter's exit
+    except BrokenPipeError:
+        # The reader went away (`spec-agent ... | head`): stop quietly, as `cat` would. Point
+        # stdout at devnull so the interpreter's final flush does not print a second error.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):  # not a real file (tests capture stdout)
+            pass
+        return EXIT_BROKEN_PIPE
+
+
+def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
@@ -136,13 +159,29 @@ def _dispatch(args, cfg, parser) -> int:
         print("spec-agent: error: give a task with -p \"...\" (the interactive UI is not "
               "available yet)", file=sys.stderr)
         return EXIT_USAGE
-    task = sys.stdin.read() if args.prompt == "-" else args.prompt
+    task = _read_task(args.prompt)
+    if task is None:
+        return EXIT_USAGE
     if not task.strip():
         print("spec-agent: error: the task is empty", file=sys.stderr)
         return EXIT_USAGE
     from .commands import run_task
 
     return run_task(task, args, cfg)
+
+
+def _read_task(prompt: str) -> str | None:
+    """The task text (`-` reads stdin); None after printing why stdin could not be read."""
+    if prompt != "-":
+        return prompt
+    data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        print(f"spec-agent: error: the task on stdin is not UTF-8 text (byte {e.start}: "
+              f"{data[e.start:e.start + 1]!r}); convert it, e.g. with iconv -t UTF-8",
+              file=sys.stderr)
+        return None
 
 
 if __name__ == "__main__":

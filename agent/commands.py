@@ -2,7 +2,8 @@
 
 Exit codes of a run: 0 answered (or stopped at --max-turns), 1 error (model or git failure),
 2 usage/config error, including a run stopped because a tool call needed an approval that no
-one could give (rerun with --yes / --approval-mode), 130 interrupted.
+one could give (rerun with --yes / --approval-mode), 130 interrupted. `agent.cli.main` adds
+141 when the output pipe closed early (`| head`), quietly, as a shell reports SIGPIPE.
 """
 
 from __future__ import annotations

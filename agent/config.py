@@ -1,8 +1,11 @@
 """One frozen `Config`, built once: defaults < user file < repo `.specrc` < env < flags.
 
 Files are TOML (`~/.config/spec-agent/config.toml`, then `.specrc` at the repo root); env vars
-are `SPEC_AGENT_<KEY>` in upper case. `.specrc.example` documents every key. Imports nothing
-heavy: `--help` and `--version` stay fast.
+are `SPEC_AGENT_<KEY>` in upper case. `.specrc.example` documents every key. A repo's
+`.specrc` comes with the code, possibly from a stranger, so it may not set the keys that
+decide what runs without asking (`REPO_FORBIDDEN`): those belong to the user (file, env,
+flags). Every value is range-checked once here. Imports nothing heavy: `--help` and
+`--version` stay fast.
 """
 
 from __future__ import annotations
@@ -53,6 +56,24 @@ _CHOICES = {
 }
 
 
+# Keys that loosen safety: a cloned repo must not grant itself full-auto or longer commands.
+REPO_FORBIDDEN = ("approval_mode", "dirty_files", "shell_timeout_s")
+
+# key: (test, what the value must be)
+_RANGES = {
+    "max_turns": (lambda v: v >= 1, ">= 1"),
+    "max_tokens": (lambda v: v >= 1, ">= 1"),
+    "shell_timeout_s": (lambda v: v > 0, "> 0"),
+    "memory_headroom_gb": (lambda v: v >= 0, ">= 0"),
+    "num_draft_tokens": (lambda v: 0 <= v <= 32, "between 0 (adaptive) and 32"),
+    "draft_confidence": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "temperature": (lambda v: v >= 0, ">= 0"),
+    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
+    "top_k": (lambda v: v >= 0, ">= 0 (0 = off)"),
+    "min_p": (lambda v: 0 <= v < 1, "in [0, 1)"),
+}
+
+
 def _coerce(key: str, value: Any, where: str) -> Any:
     types = {f.name: f.type for f in fields(Config)}
     if key not in types:
@@ -75,6 +96,9 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         raise ConfigError(f"{where}: '{key}' must be {kind}, got {value!r}") from None
     if key in _CHOICES and value not in _CHOICES[key]:
         raise ConfigError(f"{where}: '{key}' must be one of {sorted(_CHOICES[key])}, got {value!r}")
+    ok, must = _RANGES.get(key, (None, ""))
+    if ok is not None and (value != value or not ok(value)):  # value != value: NaN
+        raise ConfigError(f"{where}: '{key}' must be {must}, got {value!r}")
     return value
 
 
@@ -98,9 +122,18 @@ def load_config(repo: Path | None = None, flags: dict[str, Any] | None = None) -
     """Build the Config: defaults < user file < repo .specrc < env < flags (None = unset)."""
     cfg = Config()
     layers: list[tuple[str, dict[str, Any]]] = []
-    for path in (user_config_path(), (repo or Path.cwd()) / ".specrc"):
-        if path.is_file():
-            layers.append((str(path), _read_toml(path)))
+    user, specrc = user_config_path(), (repo or Path.cwd()) / ".specrc"
+    if user.is_file():
+        layers.append((str(user), _read_toml(user)))
+    if specrc.is_file():
+        values = _read_toml(specrc)
+        for key in REPO_FORBIDDEN:
+            if key in values:
+                raise ConfigError(
+                    f"{specrc}: '{key}' may not be set by a repository's .specrc (a cloned repo "
+                    f"could loosen its own safety); set it in {user}, with SPEC_AGENT_{key.upper()} "
+                    f"or with --{key.replace('_', '-')}")
+        layers.append((str(specrc), values))
     env = {
         f.name: os.environ[f"SPEC_AGENT_{f.name.upper()}"]
         for f in fields(Config)

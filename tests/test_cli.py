@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.config import Config, ConfigError, load_config
+from agent.config import REPO_FORBIDDEN, Config, ConfigError, load_config
 
 BIN = [sys.executable, "-m", "agent.cli"]
 
@@ -124,6 +124,65 @@ def test_specrc_example_documents_every_key(tmp_path, monkeypatch):
     example = Path(__file__).parents[1] / ".specrc.example"
     keys = set(tomllib.loads(example.read_text()))
     assert keys == {f.name for f in dataclasses.fields(Config)}
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
-    (tmp_path / ".specrc").write_text(example.read_text())
+    # The example lists every key, the repo-forbidden ones too: it is a valid *user* file.
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    (tmp_path / "cfg" / "spec-agent").mkdir(parents=True)
+    (tmp_path / "cfg" / "spec-agent" / "config.toml").write_text(example.read_text())
+    assert load_config(tmp_path / "cfg") == Config()
+    allowed = [line for line in example.read_text().splitlines()
+               if line.split("=")[0].strip() not in REPO_FORBIDDEN]
+    (tmp_path / ".specrc").write_text("\n".join(allowed))
     assert load_config(tmp_path) == Config()
+
+
+@pytest.mark.parametrize("line", ['approval_mode = "full-auto"', 'dirty_files = "refuse"',
+                                  "shell_timeout_s = 3600"])
+def test_repo_specrc_cannot_loosen_safety(tmp_path, monkeypatch, line):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    (tmp_path / ".specrc").write_text(line + "\n")
+    key = line.split()[0]
+    with pytest.raises(ConfigError, match=f"'{key}' may not be set by a repository's .specrc") as e:
+        load_config(tmp_path)
+    assert "config.toml" in str(e.value) and f"SPEC_AGENT_{key.upper()}" in str(e.value)
+    user = tmp_path / "cfg" / "spec-agent" / "config.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text(line + "\n")
+    (tmp_path / ".specrc").unlink()
+    assert load_config(tmp_path) != Config()  # fine from the user's own file
+
+
+def test_repo_specrc_refusal_is_exit_2(tmp_path):
+    (tmp_path / ".specrc").write_text('approval_mode = "full-auto"\n')
+    r = cli("-C", str(tmp_path), "undo", env={"XDG_CONFIG_HOME": str(tmp_path / "cfg")})
+    assert r.returncode == 2 and "approval_mode" in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("key,value", [
+    ("max_turns", 0), ("max_tokens", -5), ("shell_timeout_s", 0), ("memory_headroom_gb", -1),
+    ("num_draft_tokens", 33), ("num_draft_tokens", -1), ("draft_confidence", 1.0),
+    ("draft_confidence", -0.1), ("temperature", -0.5), ("top_p", 0.0), ("top_p", 1.5),
+    ("top_k", -1), ("min_p", 1.0), ("temperature", float("nan")),
+])
+def test_out_of_range_values_are_config_errors(tmp_path, monkeypatch, key, value):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    with pytest.raises(ConfigError, match=f"'{key}' must be"):
+        load_config(tmp_path, {key: value})
+
+
+def test_out_of_range_flag_is_exit_2():
+    r = cli("--max-turns", "0", "-p", "hi")
+    assert r.returncode == 2 and "'max_turns' must be >= 1" in r.stderr
+
+
+def test_non_utf8_task_on_stdin_is_one_clear_error():
+    r = subprocess.run([*BIN, "-p", "-"], input=b"fix \xff\xfe it\n", capture_output=True, timeout=60)
+    err = r.stderr.decode()
+    assert r.returncode == 2 and "not UTF-8" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("args", [["models", "list"], ["--help"]])
+def test_closed_output_pipe_exits_quietly(args):
+    proc = subprocess.Popen([*BIN, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # like `| head` having exited
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) in (0, 141) and "Traceback" not in err and "Broken" not in err
