@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 import time
 from pathlib import Path
 
@@ -58,6 +59,28 @@ def test_git_folder_is_off_limits(ctx):
     assert not run(ctx, "read_file", path=".git/config").ok
 
 
+@pytest.mark.parametrize("spelling", [".GIT", ".Git", ".git.", ".git ", "GIT~1", ".g\u200cit"])
+def test_git_folder_is_off_limits_however_spelled(ctx, spelling):
+    # A case-insensitive filesystem (macOS, Windows) maps these onto .git itself.
+    r = run(ctx, "write_file", path=f"{spelling}/hooks/pre-commit", content="#!/bin/sh\n")
+    assert not r.ok and "off limits" in r.output
+    assert not (ctx.root / spelling).exists()
+    assert not run(ctx, "read_file", path=f"sub/{spelling}/config").ok
+
+
+def test_git_folder_is_off_limits_wherever_it_lives(tmp_path):
+    root = tmp_path / "wt"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", "--separate-git-dir", str(root / "meta"), str(root)], check=True)
+    os.symlink(root / "meta", root / "alias")
+    ctx = ToolContext(root, in_git=True)
+    for path in ("meta/config", "alias/config", "meta"):
+        r = run(ctx, "read_file", path=path)
+        assert not r.ok and "off limits" in r.output, path
+    assert not run(ctx, "write_file", path="meta/hooks/post-checkout", content="x").ok
+    assert run(ctx, "write_file", path="metadata.txt", content="fine\n").ok
+
+
 # ---- read / write / edit -------------------------------------------------------------------
 
 
@@ -96,6 +119,16 @@ def test_write_file_is_atomic_and_keeps_mode(ctx):
     assert not [p for p in ctx.root.iterdir() if p.name.endswith(".tmp")]
     r = run(ctx, "write_file", path="pkg/new.py", content="x = 1\n")
     assert r.ok and (ctx.root / "pkg/new.py").read_text() == "x = 1\n"
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
+def test_write_file_new_file_mode_follows_umask(ctx, umask):
+    old = os.umask(umask)
+    try:
+        assert run(ctx, "write_file", path="pkg/new.py", content="x = 1\n").ok
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((ctx.root / "pkg/new.py").stat().st_mode) == 0o666 & ~umask
 
 
 def test_edit_file_replaces_exactly_once(ctx):

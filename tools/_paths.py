@@ -1,12 +1,21 @@
 """Repo confinement shared by every tool: a model-given path → a real path inside the root.
 
-Refused: absolute paths, `..` segments, and anything whose resolved location (symlinks
-followed) lies outside the root. Does no I/O beyond resolving the path.
+Refused: absolute paths, `..` segments, anything whose resolved location (symlinks
+followed) lies outside the root, and the repository's git folder however it is spelled: any
+part that a case-insensitive or normalising filesystem (macOS, Windows) would take for `.git`
+(`.GIT`, `.git.`, `GIT~1`), and anything resolving into the git folder itself, wherever a
+`.git` file (worktrees, `--separate-git-dir`) points. Does no I/O beyond resolving the path
+and finding the git folder.
 """
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path, PurePosixPath
+
+# Code points HFS+ ignores in names (git's is_hfs_dotgit list): `.g\u200cit` is `.git` there.
+_IGNORABLE = re.compile("[\u200c-\u200f\u202a-\u202e\u206a-\u206f\ufeff]")
 
 
 class PathError(ValueError):
@@ -28,9 +37,50 @@ def confine(root: Path, path: str) -> Path:
     full = (root / Path(*p.parts)).resolve()  # follows symlinks, also for missing tails
     if full != root and root not in full.parents:
         raise PathError(f"{path}: resolves outside the repo (symlink?); refused")
-    if ".git" in full.relative_to(root).parts:
+    if any(_is_dotgit(part) for part in (*p.parts, *full.relative_to(root).parts)) or any(
+            _within(full, d) for d in _git_dirs(root)):
         raise PathError(f"{path}: the .git folder is off limits")
     return full
+
+
+def _is_dotgit(part: str) -> bool:
+    """`part` names `.git` on some filesystem: any case, trailing dots/spaces, 8.3 name."""
+    name = _IGNORABLE.sub("", part).rstrip(". ").casefold()
+    return name in (".git", "git~1")
+
+
+def _git_dirs(root: Path) -> list[Path]:
+    """The real folders holding the repository's git data for a workspace at `root`."""
+    for base in (root, *root.parents):
+        dot = base / ".git"
+        if dot.is_dir():
+            return [dot.resolve()]
+        if not dot.is_file():
+            continue
+        try:
+            text = dot.read_text(errors="replace").strip()
+            if not text.startswith("gitdir:"):
+                return []
+            gitdir = (base / text[len("gitdir:"):].strip()).resolve()
+            common = gitdir / "commondir"  # a worktree's shared git folder
+            dirs = [gitdir] + ([(gitdir / common.read_text().strip()).resolve()] if common.is_file() else [])
+        except OSError:
+            return []
+        return dirs
+    return []
+
+
+def _within(full: Path, folder: Path) -> bool:
+    """`full` is `folder` or inside it; compared by inode too (case-insensitive filesystems)."""
+    if full == folder or folder in full.parents:
+        return True
+    for p in (full, *full.parents):
+        try:
+            if os.path.samefile(p, folder):
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def relative(root: Path, full: Path) -> str:

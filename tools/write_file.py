@@ -1,4 +1,8 @@
-"""`write_file`: create or replace a file atomically (temp file + rename), keeping its mode."""
+"""`write_file`: create or replace a file atomically (temp file + rename).
+
+An existing file keeps its mode; a new one gets what `open()` would give it (0o666 less the
+umask), not the 0o600 of the temp file.
+"""
 
 from __future__ import annotations
 
@@ -24,16 +28,29 @@ SCHEMA = {
 DESCRIPTION = "Create a file or replace its whole content."
 
 
+def _umask() -> int:
+    """The process umask. Linux reports it in /proc; elsewhere set-and-restore is the only way
+    (racy against threads creating files at that instant, hence the /proc path first)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(full: Path, content: str) -> None:
     """Write through a temp file in the same folder and rename over `full`; keeps the mode."""
-    mode = stat.S_IMODE(full.stat().st_mode) if full.exists() else None
+    mode = stat.S_IMODE(full.stat().st_mode) if full.exists() else 0o666 & ~_umask()
     full.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{full.name}.", suffix=".tmp", dir=full.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
             f.write(content)
-        if mode is not None:
-            os.chmod(tmp, mode)
+        os.chmod(tmp, mode)
         os.replace(tmp, full)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
