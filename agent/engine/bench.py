@@ -115,7 +115,8 @@ def loop_period(tokens: list[int], tail: int = 24, max_period: int = 12) -> int:
     return 0
 
 
-def _forward_ms(lm: LoadedModel, width: int, context: list[int], reps: int = 5) -> float:
+def forward_ms(lm: LoadedModel, width: int, context: list[int], reps: int = 5) -> float:
+    """Median time of a `width`-token pass on top of a cache holding `context`."""
     from mlx_lm.models.cache import make_prompt_cache
 
     from .step import forward
@@ -256,7 +257,7 @@ def run_bench(quick: bool = False, tokens: int | None = None, eps: float = 0.5,
     ks = [fixed_k] if fixed_k else [2, 4] if quick else list(range(2, 9))
     target, draft, shape = controlled_models(quick, eps, log)
     ctx = _prompt(target, WORKLOADS["code"])
-    t1, t8, d1 = (_forward_ms(target, 1, ctx), _forward_ms(target, 8, ctx), _forward_ms(draft, 1, ctx))
+    t1, t8, d1 = (forward_ms(target, 1, ctx), forward_ms(target, 8, ctx), forward_ms(draft, 1, ctx))
     log(f"controlled pair {shape}: target step {t1:.1f} ms, 8-token verify {t8:.1f} ms, "
         f"draft step {d1:.1f} ms (cost ratio {d1 / t1:.3f}); BLAS: {loaded_blas()}")
     out = dict(pair=shape, blas=loaded_blas(), tokens=n, target_step_ms=t1,
