@@ -15,7 +15,6 @@ import statistics
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
 import mlx.core as mx
 

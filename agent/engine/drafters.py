@@ -18,7 +18,7 @@ import mlx.core as mx
 
 from .loading import LoadedModel
 from .sampling import SamplingParams, apply_mask, log_probs
-from .step import TokenConstraint, forward, prefill
+from .step import TokenConstraint, common_prefix, forward, prefill
 
 
 @dataclass
@@ -61,11 +61,7 @@ class DraftModel:
 
     def _sync(self, history: Sequence[int]) -> list[int]:
         """Rewind to the common prefix with `history`; return the tokens still to feed."""
-        n = 0
-        limit = min(len(self.fed), len(history) - 1)
-        while n < limit and self.fed[n] == history[n]:
-            n += 1
-        self.rewind_to(n)
+        self.rewind_to(common_prefix(self.fed, history[:-1]))
         return list(history[self.cache.offset :])
 
     def _unsure(self, lps: list[mx.array], j: int) -> bool:
@@ -159,11 +155,7 @@ class PromptLookup:
             self.index = self._build(self.hist, len(self.hist))
 
     def _update(self, history: Sequence[int]) -> None:
-        n = 0
-        limit = min(len(self.hist), len(history))
-        while n < limit and self.hist[n] == history[n]:
-            n += 1
-        self.rewind_to(n)
+        self.rewind_to(common_prefix(self.hist, history))
         old = len(self.hist)
         self.hist.extend(history[old:])
         # Index n-grams that have at least one continuation token (end < len).

@@ -19,7 +19,7 @@ from ..events import Event, GenerationStats, PrefillProgress, TextDelta
 from .errors import SpecAgentError
 from .loading import LoadedModel
 from .sampling import SamplingParams
-from .step import TokenConstraint, plain_decode, prefill
+from .step import TokenConstraint, common_prefix, plain_decode, prefill
 
 
 class ContextOverflowError(SpecAgentError):
@@ -33,14 +33,6 @@ def render_chat(tokenizer, messages: list[dict], tools: list[dict] | None = None
     if not isinstance(out, list):  # transformers 5 returns a BatchEncoding
         out = out["input_ids"]
     return list(out)
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
 
 
 def _find_stop(before: str, seg: str, stops: Sequence[str]) -> int | None:

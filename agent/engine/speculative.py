@@ -21,8 +21,8 @@ import mlx.core as mx
 
 from ..events import SpeculationChanged
 from .drafters import Draft, Drafter
-from .sampling import SamplingParams, apply_mask, log_probs, sample
-from .step import TokenConstraint, forward
+from .sampling import SamplingParams, apply_mask, log_probs
+from .step import TokenConstraint, forward, plain_step
 
 
 def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams) -> tuple[int, int]:
@@ -186,12 +186,7 @@ class Speculator:
         while True:
             if probe_plain or not self.enabled:
                 t0 = time.perf_counter()
-                logits = forward(model, [pending], cache)
-                if constraint is not None:
-                    logits = apply_mask(logits, constraint.masks([]))
-                tok = int(sample(logits, params).item())
-                if constraint is not None:
-                    constraint.consume([tok])
+                tok = plain_step(model, cache, pending, params, constraint)
                 self.plain_tps.add(1.0 / max(time.perf_counter() - t0, 1e-9))
                 yield [tok], [False]
                 pending = tok

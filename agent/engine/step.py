@@ -33,6 +33,27 @@ class TokenConstraint(Protocol):
     def done(self) -> bool: ...
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """Length of the longest common prefix of two token sequences."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def plain_step(model: nn.Module, cache: list, pending: int, params: SamplingParams,
+               constraint: TokenConstraint | None = None) -> int:
+    """Feed `pending`, sample the next token (under the constraint's mask), and return it."""
+    logits = forward(model, [pending], cache)
+    if constraint is not None:
+        logits = apply_mask(logits, constraint.masks([]))
+    tok = int(sample(logits, params).item())
+    if constraint is not None:
+        constraint.consume([tok])
+    return tok
+
+
 def forward(model: nn.Module, tokens: Sequence[int] | mx.array, cache: list) -> mx.array:
     """Feed `tokens` (1-D) to the model with its cache; (n, V) logits for every position."""
     x = tokens if isinstance(tokens, mx.array) else mx.array(list(tokens), dtype=mx.uint32)
@@ -70,9 +91,7 @@ def plain_decode(
     """
     if constraint is not None:
         while True:
-            logits = forward(model, [pending], cache)
-            pending = int(sample(apply_mask(logits, constraint.masks([])), params).item())
-            constraint.consume([pending])
+            pending = plain_step(model, cache, pending, params, constraint)
             yield pending
     nxt = sample(forward(model, [pending], cache), params)
     mx.async_eval(nxt)
