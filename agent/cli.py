@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tool-choice", choices=["auto", "first", "required"],
                    help="first: the model's first turn must start with a tool call")
     p.add_argument("-C", "--repo", type=Path, help="work in this directory (default: cwd)")
+    p.add_argument("--plain", action="store_true",
+                   help="interactive: a plain prompt (prompt-toolkit) instead of the full-screen UI")
+    p.add_argument("-c", "--continue", dest="continue_last", action="store_true",
+                   help="interactive: resume the last conversation in this repository")
+    p.add_argument("--resume", metavar="ID", help="interactive: resume conversation ID")
     p.add_argument("--stats", action="store_true", help="print generation figures to stderr")
     _engine_flags(p)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -75,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="controlled pair: scale of the target's extra layers (acceptance knob)")
     _engine_flags(bench)
     sub.add_parser("undo", help="revert the agent's last commit")
+    config = sub.add_parser("config", help="show the effective configuration")
+    config.add_argument("config_command", choices=["show"], metavar="show")
     return p
 
 
@@ -90,7 +97,7 @@ def _flags(args: argparse.Namespace) -> dict:
 
 
 def _needs_engine(args: argparse.Namespace) -> bool:
-    return args.command == "bench" or (args.command is None and args.prompt is not None)
+    return args.command in ("bench", None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -116,6 +123,10 @@ def _main(argv: list[str] | None) -> int:
     try:
         from .config import load_config
 
+        if args.command == "config":  # reports provenance itself, errors included
+            from .commands import config_show
+
+            return config_show(args, _flags(args))
         cfg = load_config(args.repo, _flags(args))
         if _needs_engine(args) and argv is None:
             from .engine.blas import ensure_openblas
@@ -155,10 +166,9 @@ def _dispatch(args, cfg, parser) -> int:
 
         return undo(args, cfg)
     if args.prompt is None:
-        parser.print_usage(sys.stderr)
-        print("spec-agent: error: give a task with -p \"...\" (the interactive UI is not "
-              "available yet)", file=sys.stderr)
-        return EXIT_USAGE
+        from .commands import interactive
+
+        return interactive(args, cfg)
     task = _read_task(args.prompt)
     if task is None:
         return EXIT_USAGE

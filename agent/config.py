@@ -4,12 +4,14 @@ Files are TOML (`~/.config/spec-agent/config.toml`, then `.specrc` at the repo r
 are `SPEC_AGENT_<KEY>` in upper case. `.specrc.example` documents every key. A repo's
 `.specrc` comes with the code, possibly from a stranger, so it may not set the keys that
 decide what runs without asking (`REPO_FORBIDDEN`): those belong to the user (file, env,
-flags). Every value is range-checked once here. Imports nothing heavy: `--help` and
-`--version` stay fast.
+flags). Every value is range-checked once here. `load_config_sources` also says where each
+value came from and `describe_config` turns that into rows for `spec-agent config show`
+(printing them is the CLI's job). Imports nothing heavy: `--help` and `--version` stay fast.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
@@ -74,7 +76,8 @@ _RANGES = {
 }
 
 
-def _coerce(key: str, value: Any, where: str) -> Any:
+def check_value(key: str, value: Any, where: str) -> Any:
+    """`value` converted to `key`'s type and range-checked; ConfigError naming key and `where`."""
     types = {f.name: f.type for f in fields(Config)}
     if key not in types:
         raise ConfigError(f"{where}: unknown key '{key}' (see .specrc.example)")
@@ -118,9 +121,8 @@ def user_config_path() -> Path:
     return Path(base) / "spec-agent" / "config.toml"
 
 
-def load_config(repo: Path | None = None, flags: dict[str, Any] | None = None) -> Config:
-    """Build the Config: defaults < user file < repo .specrc < env < flags (None = unset)."""
-    cfg = Config()
+def _file_layers(repo: Path | None) -> list[tuple[str, dict[str, Any]]]:
+    """The user file then the repo's .specrc, each (path, values), where present."""
     layers: list[tuple[str, dict[str, Any]]] = []
     user, specrc = user_config_path(), (repo or Path.cwd()) / ".specrc"
     if user.is_file():
@@ -134,13 +136,45 @@ def load_config(repo: Path | None = None, flags: dict[str, Any] | None = None) -
                     f"could loosen its own safety); set it in {user}, with SPEC_AGENT_{key.upper()} "
                     f"or with --{key.replace('_', '-')}")
         layers.append((str(specrc), values))
-    env = {
-        f.name: os.environ[f"SPEC_AGENT_{f.name.upper()}"]
-        for f in fields(Config)
-        if f"SPEC_AGENT_{f.name.upper()}" in os.environ
-    }
-    layers.append(("environment", env))
+    return layers
+
+
+def load_config_sources(
+    repo: Path | None = None, flags: dict[str, Any] | None = None
+) -> tuple[Config, dict[str, str]]:
+    """The Config of `load_config` plus, per field, where its value came from.
+
+    A source is "default", the user file's path, the .specrc's path,
+    "environment (SPEC_AGENT_<KEY>)" or "command line"; the last layer setting a key wins.
+    """
+    layers = _file_layers(repo)
+    for f in fields(Config):
+        var = f"SPEC_AGENT_{f.name.upper()}"
+        if var in os.environ:  # one layer per variable: errors and sources name it
+            layers.append((f"environment ({var})", {f.name: os.environ[var]}))
     layers.append(("command line", {k: v for k, v in (flags or {}).items() if v is not None}))
+    cfg = Config()
+    sources = {f.name: "default" for f in fields(Config)}
     for where, values in layers:
-        cfg = replace(cfg, **{k: _coerce(k, v, where) for k, v in values.items()})
-    return cfg
+        cfg = replace(cfg, **{k: check_value(k, v, where) for k, v in values.items()})
+        sources.update(dict.fromkeys(values, where))
+    return cfg, sources
+
+
+def load_config(repo: Path | None = None, flags: dict[str, Any] | None = None) -> Config:
+    """Build the Config: defaults < user file < repo .specrc < env < flags (None = unset)."""
+    return load_config_sources(repo, flags)[0]
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return json.dumps(value, ensure_ascii=False)  # a JSON string is a valid TOML basic string
+    return repr(value)
+
+
+def describe_config(cfg: Config, sources: dict[str, str]) -> list[tuple[str, str, str]]:
+    """(key, value as TOML text, source) for every field, in declaration order."""
+    return [(f.name, _toml_value(getattr(cfg, f.name)), sources.get(f.name, "default"))
+            for f in fields(Config)]

@@ -11,7 +11,7 @@ Two things remain for post-hoc validation: uniqueness of `old`, and later edits 
 `GrammarConstraint` implements agent/engine/step.py's `TokenConstraint` protocol: K+1 masks
 for a draft (rolled back afterwards), `consume`, `forced`, `done`. It never raises on a bad
 token: it records the error and from then on allows only EOS, ending the generation.
-This module does not run the model; agent/llm.py wires it into `Session.generate`.
+This module does not run the model; agent/backends/local.py wires it into `Session.generate`.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 import mlx.core as mx
 import numpy as np
 
-OPEN, CLOSE = "<tool_call>", "</tool_call>"
+from .core.callformat import CLOSE
 MAX_FILE_CHARS = 64_000  # files larger than this get no substring constraint
 MAX_TOTAL_CHARS = 256_000  # and at most this much file text goes into one grammar
 _WORD = re.compile(r"[A-Za-z0-9_]+|.", re.DOTALL)

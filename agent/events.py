@@ -1,4 +1,4 @@
-"""Every event the engine and the agent loop emit, as frozen dataclasses.
+"""Every event the engine and the conversation emit, as frozen dataclasses.
 
 The engine computes figures; UIs (the `-p` renderers, the TUI status bar) only show them.
 This module imports nothing heavy so that any UI can import it cheaply.
@@ -35,15 +35,45 @@ class PrefillProgress(Event):
     total: int
 
 
+SOURCES = ("target", "draft", "lookup", "forced")  # where a token came from
+
+
 @dataclass(frozen=True)
 class TextDelta(Event):
-    """Newly decoded text with the tokens behind it; `from_draft[i]` says token i was a
-    drafted token the target accepted (grammar-forced tokens included; False for the
-    target's own token each round)."""
+    """Newly decoded text with the tokens behind it. `sources[i]` says where token i came
+    from: "target" (the target model's own token), "draft" (a draft model's token the target
+    accepted), "lookup" (an accepted prompt-lookup token) or "forced" (determined by the
+    tool-call grammar). `from_draft[i]` is True for every source but "target"."""
 
     text: str
     tokens: tuple[int, ...]
     from_draft: tuple[bool, ...] = ()
+    sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DecodeProgress(Event):
+    """Live figures during one generation, emitted several times a second (for meters)."""
+
+    generated: int  # tokens so far in this generation
+    tps: float  # decode tokens/s over the last few seconds
+    elapsed_s: float  # since the first decoded token
+    drafted: int  # drafted tokens so far (grammar-forced ones not counted)
+    accepted: int
+    rounds: int
+    k: int  # draft length of the last round (0: not drafting)
+    speculation: str  # "on", "auto-off" (switched off because it did not pay), "off" (plain)
+    reason: str  # why speculation is off, when it is
+    context_tokens: int
+    context_limit: int
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        return self.accepted / self.rounds if self.rounds else 0.0
 
 
 @dataclass(frozen=True)
@@ -59,7 +89,7 @@ class GenerationStats(Event):
     decode_tps: float
     ttft_s: float
     peak_memory_gb: float
-    finish_reason: str  # "stop" (EOS / stop token), "length", "grammar", "interrupted"
+    finish_reason: str  # "stop" (EOS / stop token), "stop_string", "length", "cancelled"
     context_tokens: int = 0  # tokens in the session's context after this call
     context_limit: int = 0
     speculative: bool = False
@@ -140,6 +170,20 @@ class ToolCallFinished(Event):
 
 
 @dataclass(frozen=True)
+class ApprovalRequest:
+    """What an interactive approver is asked: exactly what will happen if it says yes."""
+
+    call_id: str
+    name: str  # the tool
+    arguments: dict[str, Any]
+    reason: str  # why the policy asks
+    kind: str  # "edit" | "shell"
+    preview: str  # the unified diff an edit would make, or the command and its directory
+    scope: str  # what answering "always" approves for the rest of the conversation
+    can_always: bool = True  # False for destructive commands: they are asked every time
+
+
+@dataclass(frozen=True)
 class ApprovalRequired(Event):
     """A tool call needs the user's approval and none could be asked (non-interactive)."""
 
@@ -161,16 +205,16 @@ class TurnStats(Event):
 
 @dataclass(frozen=True)
 class AgentResult(Event):
-    """The final event of a run."""
+    """The final event of one user message's run (`stop_reason` as in `RunStopped`)."""
 
     is_error: bool
     result: str
     num_turns: int
     usage: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    stop_reason: str = ""
 
 
-# ---- added by the agent loop (issue 4) ------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -185,7 +229,7 @@ class GitAction(Event):
 
 @dataclass(frozen=True)
 class RunStopped(Event):
-    """Why a run ended: `answered`, `max_turns`, `approval_required`, `error`, `interrupted`."""
+    """Why a run ended: `answered`, `max_turns`, `approval_required`, `error`, `cancelled`."""
 
     reason: str
     turn: int

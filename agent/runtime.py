@@ -1,24 +1,35 @@
-"""Build the engine a command needs from the Config: models, drafter, session, sampling."""
+"""Build what a command needs from the Config, and keep it for the UIs: models, drafter,
+session, the model adapter, the tool context, git, and the conversation.
+
+`Runtime` is what every UI (`-p`, the TUI, the REPL) drives: one `ToolContext` built once and
+handed to both the model adapter and the conversation, settings that can change between
+messages (`/model`, `/draft`, `/k`, `/speculation`, `/mode`), and resumable conversations.
+Loading models is slow: UIs call the loading methods off their UI thread.
+"""
 
 from __future__ import annotations
 
+import subprocess
 import sys
-from typing import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Callable
 
-from .config import Config, ConfigError
+from tools import ToolContext
+
+from .config import Config, ConfigError, check_value
+from .git import GitGuard
 
 
 def sampling_params(cfg: Config):
     from .engine.sampling import SamplingParams
 
-    try:
-        return SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.min_p).validate()
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    return SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.min_p)
 
 
 def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None] | None = None):
-    """The Speculator the config asks for, or None for plain decoding."""
+    """The Speculator the config asks for, or None for plain decoding. (Values were
+    range-checked when the Config was built.)"""
     from .engine.drafters import Combined, DraftModel, PromptLookup
     from .engine.pairing import check_tokenizers, pairing_warnings
     from .engine.session import ModelCache
@@ -32,8 +43,6 @@ def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None]
             say(f"speculation off: {lm.name}'s cache cannot drop rejected tokens "
                 "(sliding-window or recurrent layers)")
             return None
-    if cfg.num_draft_tokens < 0 or cfg.num_draft_tokens > 32:
-        raise ConfigError("num_draft_tokens must be between 0 (adaptive) and 32")
     kind = cfg.drafter
     if kind == "auto":
         kind = "combined" if draft is not None else "lookup"
@@ -44,8 +53,6 @@ def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None]
         limit = int(getattr(target.model.args, "max_position_embeddings", 0) or 4096)
         for w in pairing_warnings(target, draft, limit, cfg.memory_headroom_gb):
             say(w)
-    if not 0.0 <= cfg.draft_confidence < 1.0:
-        raise ConfigError("draft_confidence must be in [0, 1)")
     if kind != "lookup":
         # Same tokenizer, but embedding tables may be padded to different widths.
         model = DraftModel(draft, cfg.draft_confidence, min(target.vocab_size, draft.vocab_size))
@@ -63,3 +70,127 @@ def open_session(cfg: Config, warn: Callable[[str], None] | None = None):
     target = load_model(cfg.model, device=cfg.device)
     draft = load_model(cfg.draft_model, device=cfg.device) if cfg.draft_model else None
     return Session(target, speculator=make_speculator(cfg, target, draft, warn))
+
+
+# Settings a UI may change between messages, and what changing them needs.
+LIVE_KEYS = {"model": "reload", "draft_model": "reload", "num_draft_tokens": "speculator",
+             "speculation": "speculator", "drafter": "speculator", "approval_mode": "conversation",
+             "temperature": "sampling", "max_tokens": "sampling"}
+
+
+class Runtime:
+    """The engine, the tools and the conversation for one workspace.
+
+    `model` may be given (tests pass a scripted one); otherwise the local MLX engine is
+    loaded from `cfg` by `load()`. `history` (agent.core.history.HistoryStore) makes
+    conversations persistent."""
+
+    def __init__(self, cfg: Config, root: Path, *, model: Any = None, history: Any = None,
+                 approver: Any = None, warn: Callable[[str], None] | None = None):
+        self.cfg, self.root = cfg, root.resolve()
+        self.warn = warn or (lambda m: print(f"spec-agent: warning: {m}", file=sys.stderr))
+        self.git = GitGuard.open(self.root, cfg.dirty_files, cfg.auto_commit)
+        self.ctx = ToolContext(self.root, cfg.shell_timeout_s, in_git=self.git.enabled)
+        self.history, self.approver = history, approver
+        self.session: Any = None
+        self.model = model
+        self.draft: Any = None  # the loaded draft model, kept across speculator rebuilds
+        self.conversation: Any = None
+
+    # ---- engine ---------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Load the models the config names (slow) and build the model adapter."""
+        from .backends.local import LocalModel
+        from .engine.loading import load_model
+        from .engine.session import Session
+
+        cfg = self.cfg
+        target = load_model(cfg.model, device=cfg.device)
+        self.draft = load_model(cfg.draft_model, device=cfg.device) if cfg.draft_model else None
+        self.session = Session(target, speculator=make_speculator(cfg, target, self.draft, self.warn))
+        self.model = LocalModel(self.session, sampling_params(cfg), cfg.max_tokens, self.ctx,
+                                constrain=cfg.constrained_calls, tool_choice=cfg.tool_choice)
+        if self.conversation is not None:  # resumed before the models were loaded
+            self.conversation.model = self.model
+
+    @property
+    def model_name(self) -> str:
+        return self.session.target.name if self.session is not None else self.cfg.model
+
+    @property
+    def draft_name(self) -> str:
+        if self.draft is not None:
+            return self.draft.name
+        spec = getattr(self.session, "speculator", None)
+        return spec.drafter.name if spec is not None else ""
+
+    def set(self, key: str, value: Any) -> str:
+        """Change one live setting (see LIVE_KEYS); returns what changed. Raises ConfigError
+        for an unknown key or a bad value. `model`/`draft_model` reload weights (slow)."""
+        if key not in LIVE_KEYS:
+            raise ConfigError(f"'{key}' cannot be changed while running")
+        self.cfg = replace(self.cfg, **{key: check_value(key, value, "command")})
+        need = LIVE_KEYS[key]
+        if self.conversation is not None:
+            self.conversation.set_config(self.cfg)
+        if self.session is None:  # a scripted model: only the config changes
+            return f"{key} = {getattr(self.cfg, key)!r}"
+        if need == "reload":
+            self.load()
+        elif need == "speculator":
+            self.session.speculator = make_speculator(self.cfg, self.session.target, self.draft, self.warn)
+        elif need == "sampling":
+            self.model.params, self.model.max_tokens = sampling_params(self.cfg), self.cfg.max_tokens
+        return f"{key} = {getattr(self.cfg, key)!r}"
+
+    # ---- conversations ----------------------------------------------------------------------
+
+    def set_approver(self, approver: Any) -> None:
+        """Who answers approvals from now on (the UI's dialog or prompt), in this conversation
+        and the next ones."""
+        self.approver = approver
+        if self.conversation is not None:
+            self.conversation.approver = approver
+
+    def new_conversation(self, messages: list[dict[str, str]] | None = None, conv_id: str = ""):
+        """Start (or, with `messages`, resume) the conversation UIs send to."""
+        from .core.conversation import Conversation, new_id
+
+        conv_id = conv_id or new_id()
+        record = self.history.recorder(conv_id) if self.history is not None else None
+        if messages and record is None:
+            raise ConfigError("resuming needs the history store")
+        self.conversation = Conversation(self.model, self.ctx, self.cfg, git=self.git,
+                                         approver=self.approver, messages=messages,
+                                         conv_id=conv_id, on_message=record)
+        return self.conversation
+
+    def resume(self, which: str) -> Any:
+        """Resume conversation `which` ("last" = the newest one for this repository)."""
+        from .core.history import HistoryError
+
+        if self.history is None:
+            raise ConfigError("no conversation history store")
+        conv_id = self.history.latest() if which == "last" else which
+        for w in self.history.warnings:
+            self.warn(w)
+        self.history.warnings.clear()
+        if conv_id is None:
+            raise HistoryError(f"no earlier conversation in {self.root}")
+        return self.new_conversation(self.history.load(conv_id), conv_id)
+
+    # ---- workspace --------------------------------------------------------------------------
+
+    def git_info(self) -> tuple[str, int]:
+        """(branch, number of files with uncommitted changes); ("", 0) outside git."""
+        if not self.git.enabled:
+            return "", 0
+        try:
+            branch = subprocess.run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=self.root,
+                                    capture_output=True, text=True, timeout=5).stdout.strip()
+            status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=normal"],
+                                    cwd=self.root, capture_output=True, text=True, timeout=5).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return "", 0
+        return branch, sum(1 for line in status.splitlines() if line.strip())

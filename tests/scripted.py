@@ -12,6 +12,9 @@ from typing import Iterator
 
 import pytest
 
+from dataclasses import replace
+
+from agent.cancel import CancelToken
 from agent.config import Config
 from agent.events import Event, GenerationStats, TextDelta
 
@@ -30,7 +33,7 @@ def fake_stats(generated: int = 10, prompt: int = 100, cached: int = 80) -> Gene
     )
 
 
-INTERRUPT = "<Ctrl-C>"  # a turn that raises KeyboardInterrupt, as Ctrl-C would
+INTERRUPT = "<Ctrl-C>"  # a turn the user cancels after "Partial", as Esc or Ctrl-C would
 
 
 class ScriptedModel:
@@ -40,14 +43,26 @@ class ScriptedModel:
         self.turns = list(turns)
         self.seen: list[list[dict]] = []
 
-    def generate(self, messages: list[dict]) -> Iterator[Event]:
+    def generate(self, messages: list[dict], cancel: CancelToken | None = None) -> Iterator[Event]:
         self.seen.append([dict(m) for m in messages])
         text = self.turns.pop(0) if self.turns else "Done."
         if text == INTERRUPT:
-            raise KeyboardInterrupt
+            yield TextDelta("Partial", ())
+            if cancel is not None:
+                cancel.cancel()
+            yield replace(fake_stats(generated=2), finish_reason="cancelled")
+            return
         for i in range(0, len(text), 7):
             yield TextDelta(text[i : i + 7], ())
         yield fake_stats(generated=max(1, len(text) // 4))
+
+
+def conversation(root: Path, model, cfg: Config | None = None, approver=None):
+    """A Conversation on `model` in `root`, built the way the CLI builds it."""
+    from agent.runtime import Runtime
+
+    rt = Runtime(cfg or full_auto(), root, model=model, approver=approver)
+    return rt.new_conversation()
 
 
 def git(root: Path, *args: str) -> str:

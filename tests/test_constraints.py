@@ -9,8 +9,9 @@ import mlx.core as mx
 import pytest
 from scripted import SAMPLE, git_repo  # noqa: F401
 
-from agent.constraints import CLOSE, OPEN, GrammarConstraint, ll_tokenizer, tool_call_grammar
-from agent.loop import parse_calls
+from agent.constraints import GrammarConstraint, ll_tokenizer, tool_call_grammar
+from agent.core.callformat import CLOSE, OPEN
+from agent.core.callformat import parse_calls
 from tools import TOOLS, ToolContext, validate
 
 FILES = {"calc.py": SAMPLE["calc.py"]}
@@ -121,8 +122,8 @@ def test_session_model_turn_free_then_constrained(llama, ll_tok, git_repo):
     from agent.engine.sampling import SamplingParams
     from agent.engine.session import Session
     from agent.events import AgentResult, GenerationStats, TextDelta, ToolCallStarted
-    from agent.llm import SessionModel
-    from agent.loop import Agent
+    from agent.backends.local import LocalModel
+    from agent.core.conversation import Conversation
     from llguidance import LLMatcher
 
     class OpensACall(Session):
@@ -133,7 +134,7 @@ def test_session_model_turn_free_then_constrained(llama, ll_tok, git_repo):
             return super().generate(prompt, **kw)
 
     ctx = ToolContext(git_repo, in_git=True)
-    model = SessionModel(OpensACall(llama), SamplingParams(), 400, ctx, tools=small_edit_tool())
+    model = LocalModel(OpensACall(llama), SamplingParams(), 400, ctx, tools=small_edit_tool())
     events = list(model.generate([{"role": "user", "content": "edit calc.py"}]))
     text = "".join(e.text for e in events if isinstance(e, TextDelta))
     (stats,) = [e for e in events if isinstance(e, GenerationStats)]
@@ -142,8 +143,8 @@ def test_session_model_turn_free_then_constrained(llama, ll_tok, git_repo):
     (parsed,) = parse_calls(text)
     content = SAMPLE[parsed.arguments["path"]]
     assert parsed.error == "" and all(e["old"] in content for e in parsed.arguments["edits"])
-    agent = Agent(model, git_repo, Config(approval_mode="full-auto", max_turns=2))
-    run = list(agent.run("edit calc.py"))
+    agent = Conversation(model, ctx, Config(approval_mode="full-auto", max_turns=2))
+    run = list(agent.send("edit calc.py"))
     assert isinstance(run[-1], AgentResult) and run[-1].num_turns == 2
     assert [e.name for e in run if isinstance(e, ToolCallStarted)] == ["edit_file", "edit_file"]
 
@@ -153,9 +154,9 @@ def test_embedded_model_under_grammar_writes_a_valid_edit(embedded, git_repo):
     """With only edit_file allowed, the real model's `old` texts come from the file."""
     from agent.engine.sampling import SamplingParams
     from agent.engine.session import Session
-    from agent.llm import SessionModel
+    from agent.backends.local import LocalModel
 
-    model = SessionModel(Session(embedded), SamplingParams(), 200, ToolContext(git_repo, in_git=True),
+    model = LocalModel(Session(embedded), SamplingParams(), 200, ToolContext(git_repo, in_git=True),
                          tools={"edit_file": TOOLS["edit_file"]})
     c = model.constraint([{"role": "user", "content": "Change add in calc.py to return a - b."}])
     assert json.dumps('"calc.py","edits":[') in model.last_grammar  # repo files are in the grammar

@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import pytest
-from scripted import ScriptedModel, call, full_auto, git, git_repo, plain_dir  # noqa: F401
+from scripted import ScriptedModel, call, conversation, full_auto, git, git_repo, plain_dir  # noqa: F401
 
 from agent.events import AgentResult, GitAction, ToolCallFinished, Warning
 from agent.git import TRAILER, GitGuard, GitSafetyError, is_agent_commit
-from agent.loop import Agent
 
 EDIT = call("edit_file", path="calc.py", edits=[{"old": "return a + b", "new": "return b + a"}])
 
 
 def run_agent(root, turns, **cfg):
-    agent = Agent(ScriptedModel(turns), root, full_auto(**cfg))
-    return list(agent.run("swap the operands in add"))
+    agent = conversation(root, ScriptedModel(turns), full_auto(**cfg))
+    return list(agent.send("swap the operands in add"))
 
 
 def head(root) -> str:

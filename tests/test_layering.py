@@ -20,3 +20,22 @@ def test_engine_imports_no_ui():
     )
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr
+
+
+def test_core_imports_no_engine_and_no_ui():
+    """The conversation core is engine-neutral: no mlx, no UI toolkit (remote backends and
+    every UI build on it)."""
+    code = (
+        "import sys\n"
+        "class Block:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        top = name.split('.')[0]\n"
+        "        if top in ('textual', 'prompt_toolkit', 'mlx', 'mlx_lm') or name.startswith(('agent.ui', 'agent.engine')):\n"
+        "            raise ImportError('blocked: ' + name)\n"
+        "sys.meta_path.insert(0, Block())\n"
+        "import agent.core.conversation, agent.core.callformat, agent.core.prompt\n"
+        "import agent.core.preview, agent.core.history, agent.cancel, agent.events\n"
+        "print('OK')\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr

@@ -1,4 +1,4 @@
-"""The agent loop with a scripted model: turns, tool results as data, approvals, outputs."""
+"""The conversation with a scripted model: turns, tool results as data, approvals, outputs."""
 
 from __future__ import annotations
 
@@ -7,14 +7,16 @@ import json
 from types import SimpleNamespace
 
 import pytest
-from scripted import INTERRUPT, ScriptedModel, call, full_auto, git, git_repo, plain_dir  # noqa: F401
+from scripted import (INTERRUPT, ScriptedModel, call, conversation, full_auto, git, git_repo,  # noqa: F401
+                      plain_dir)
 
 from agent.approvals import denylisted
 from agent.config import Config
 from agent.events import (AgentResult, ApprovalRequired, AssistantMessage, RunStopped,
                           ToolCallFinished, ToolCallStarted, TurnStats)
-from agent.loop import Agent, parse_calls, strip_calls, system_prompt
-from agent.render import Renderer
+from agent.core.callformat import parse_calls, strip_calls
+from agent.core.prompt import system_prompt
+from agent.ui.render import Renderer
 
 READ = call("read_file", path="calc.py")
 EDIT = call("edit_file", path="calc.py", edits=[{"old": "return a + b", "new": "return b + a"}])
@@ -22,8 +24,8 @@ EDIT = call("edit_file", path="calc.py", edits=[{"old": "return a + b", "new": "
 
 def run(root, turns, cfg=None, approver=None):
     model = ScriptedModel(turns)
-    agent = Agent(model, root, cfg or full_auto(), approver)
-    return list(agent.run("swap the operands in add")), model
+    conv = conversation(root, model, cfg, approver)
+    return list(conv.send("swap the operands in add")), model
 
 
 def finished(events):
@@ -132,7 +134,7 @@ def test_full_auto_runs_shell(git_repo):
 def test_approver_can_deny(git_repo):
     asked = []
     events, model = run(git_repo, [EDIT, "fine"], Config(approval_mode="suggest"),
-                        approver=lambda name, args, why: asked.append(name) or False)
+                        approver=lambda req: asked.append(req.name) or "no")
     assert asked == ["edit_file"] and "did not approve" in model.seen[1][-1]["content"]
     assert "return a + b" in (git_repo / "calc.py").read_text() and not events[-1].is_error
 
@@ -202,20 +204,12 @@ def test_text_output_prints_answer_and_progress(git_repo):
 
 
 @pytest.fixture
-def scripted_run_task(monkeypatch):
-    import agent.llm
-    import agent.runtime
-
-    script: list[str] = []
-    monkeypatch.setattr(agent.runtime, "open_session", lambda cfg: None)
-    monkeypatch.setattr(agent.llm, "SessionModel", lambda *a, **k: ScriptedModel(script))
-
+def scripted_run_task():
     def go(root, turns, cfg, fmt="json"):
         from agent.commands import run_task
 
-        script[:] = turns
         args = SimpleNamespace(repo=root, output_format=fmt, stats=False)
-        return run_task("swap", args, cfg)
+        return run_task("swap", args, cfg, model=ScriptedModel(turns))
     return go
 
 
@@ -227,4 +221,4 @@ def test_run_task_exit_codes(git_repo, scripted_run_task, capsys):
     assert obj["is_error"] and obj["stop_reason"] == "approval_required"
     assert scripted_run_task(git_repo, [READ, INTERRUPT], full_auto()) == 130
     obj = json.loads(capsys.readouterr().out)
-    assert obj["is_error"] and obj["stop_reason"] == "interrupted"
+    assert obj["is_error"] and obj["stop_reason"] == "cancelled"

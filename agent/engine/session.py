@@ -15,7 +15,8 @@ from typing import Any, Iterator, Sequence
 
 import mlx.core as mx
 
-from ..events import Event, GenerationStats, PrefillProgress, TextDelta
+from ..cancel import CancelToken
+from ..events import DecodeProgress, Event, GenerationStats, PrefillProgress, TextDelta
 from .errors import SpecAgentError
 from .loading import LoadedModel
 from .sampling import SamplingParams
@@ -84,6 +85,10 @@ class ModelCache:
         return self.trimmable and all(type(c) is KVCache for c in self.cache)
 
 
+PROGRESS_EVERY_S = 0.2  # DecodeProgress at most this often (5 Hz)
+TPS_WINDOW_S = 2.0  # DecodeProgress.tps is measured over about this long
+
+
 @dataclass
 class _Tally:
     """Mutable per-call figures, frozen into `GenerationStats` at the end."""
@@ -91,7 +96,16 @@ class _Tally:
     start: float = field(default_factory=time.perf_counter)
     first: float = 0.0
     generated: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    last_progress: float = 0.0
+    window: list[tuple[float, int]] = field(default_factory=list)  # (time, generated) samples
+
+    def window_tps(self, now: float) -> float:
+        """Tokens/s over the last `TPS_WINDOW_S` (older samples dropped, one kept as base)."""
+        self.window.append((now, self.generated))
+        while len(self.window) > 2 and now - self.window[1][0] >= TPS_WINDOW_S:
+            self.window.pop(0)
+        (t0, n0), (t1, n1) = self.window[0], self.window[-1]
+        return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
 
 
 class Session:
@@ -110,9 +124,6 @@ class Session:
 
     def render(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
         return render_chat(self.tokenizer, messages, tools)
-
-    def chat(self, messages: list[dict], tools: list[dict] | None = None, **kw) -> Iterator[Event]:
-        return self.generate(self.render(messages, tools), **kw)
 
     # ---- generation ---------------------------------------------------------------------
 
@@ -140,10 +151,13 @@ class Session:
         constraint: TokenConstraint | None = None,
         stop_tokens: set[int] | None = None,
         stop_strings: Sequence[str] = (),
+        cancel: CancelToken | None = None,
     ) -> Iterator[Event]:
         """Stream one model turn for `prompt`. Stops at EOS (`stop_tokens` replaces the EOS
-        set when given), after `max_tokens`, or once the text contains a `stop_strings` entry
-        (the text is cut right after it; finish_reason "stop_string")."""
+        set when given), after `max_tokens`, once the text contains a `stop_strings` entry
+        (the text is cut right after it; finish_reason "stop_string"), or when `cancel` is
+        set (checked between prefill chunks and between decoding rounds; "cancelled").
+        Yields `DecodeProgress` at most every `PROGRESS_EVERY_S` while decoding."""
         if not prompt:
             raise ValueError("empty prompt")
         if self.context_limit and len(prompt) >= self.context_limit:
@@ -155,24 +169,28 @@ class Session:
         stop = set(self.target.eos_ids) if stop_tokens is None else set(stop_tokens)
         tally = _Tally()
         mx.reset_peak_memory()
-        finish = "interrupted"
+        cancel = cancel or CancelToken()
+        finish, cached = "cancelled", 0
         try:
             cached = self._reuse_prefix(prompt)
-            yield from self._prefill(prompt[cached:-1])
+            yield from self._prefill(prompt[cached:-1], cancel)
+            if cancel.cancelled:
+                yield self._stats(prompt, cached, tally, "cancelled")
+                return
             detok = self.tokenizer.detokenizer
             detok.reset()
             text_so_far = ""
             finish = "length"
-            for item in self._decode(prompt[-1], params, constraint, max_tokens):
+            for item in self._decode(prompt[-1], params, constraint, cancel):
                 if isinstance(item, Event):  # e.g. SpeculationChanged
                     yield item
                     continue
-                toks, drafted = item
+                toks, sources = item
                 if not tally.first:
                     tally.first = time.perf_counter()
                 out: list[int] = []
-                flags: list[bool] = []
-                for t, d in zip(toks, drafted):
+                srcs: list[str] = []
+                for t, src in zip(toks, sources):
                     self.tokens.append(t)
                     tally.generated += 1
                     if t in stop:
@@ -180,7 +198,7 @@ class Session:
                         break
                     detok.add_token(t)
                     out.append(t)
-                    flags.append(d)
+                    srcs.append(src)
                     if tally.generated >= max_tokens:
                         break
                 if out:
@@ -189,36 +207,61 @@ class Session:
                     if cut is not None:
                         seg, finish = seg[:cut], "stop_string"
                     text_so_far += seg
-                    yield TextDelta(seg, tuple(out), tuple(flags))
+                    yield TextDelta(seg, tuple(out), tuple(s != "target" for s in srcs), tuple(srcs))
                 if finish in ("stop", "stop_string") or tally.generated >= max_tokens:
+                    break
+                progress = self._progress(tally)
+                if progress is not None:
+                    yield progress
+                if cancel.cancelled:
+                    finish = "cancelled"
                     break
             detok.finalize()
             if detok.last_segment and finish != "stop_string":
-                yield TextDelta(detok.last_segment, (), ())
+                yield TextDelta(detok.last_segment, (), (), ())
         finally:
             self._reconcile()
         yield self._stats(prompt, cached, tally, finish)
 
-    def _prefill(self, todo: Sequence[int]) -> Iterator[PrefillProgress]:
+    def _progress(self, tally: _Tally) -> DecodeProgress | None:
+        """A `DecodeProgress` when the last one is `PROGRESS_EVERY_S` old, else None."""
+        now = time.perf_counter()
+        tps = tally.window_tps(now)
+        if now - tally.last_progress < PROGRESS_EVERY_S:
+            return None
+        tally.last_progress = now
+        speculating = self.speculator is not None and self.speculator.policy.mode != "off"
+        spec = self.speculator.progress() if speculating else {}
+        return DecodeProgress(
+            generated=tally.generated, tps=tps, elapsed_s=now - tally.first,
+            drafted=spec.get("drafted", 0), accepted=spec.get("accepted", 0),
+            rounds=spec.get("rounds", 0), k=spec.get("k", 0),
+            speculation=spec.get("speculation", "off"), reason=spec.get("reason", ""),
+            context_tokens=len(self.tokens), context_limit=self.context_limit,
+        )
+
+    def _prefill(self, todo: Sequence[int], cancel: CancelToken) -> Iterator[PrefillProgress]:
         """Feed the uncached prompt tokens (all but the last) in chunks, reporting progress
-        when there is more than one chunk."""
+        when there is more than one chunk; stops between chunks when cancelled."""
         for start in range(0, len(todo), self.prefill_chunk):
+            if cancel.cancelled:
+                return
             piece = list(todo[start : start + self.prefill_chunk])
             prefill(self.target.model, piece, self.tcache.cache, chunk=len(piece))
             if len(todo) > self.prefill_chunk:
                 yield PrefillProgress(min(start + self.prefill_chunk, len(todo)), len(todo))
 
     def _decode(
-        self, pending: int, params: SamplingParams, constraint, max_tokens: int
-    ) -> Iterator[tuple[list[int], list[bool]]]:
-        """Batches of (tokens, from_draft) until the caller stops."""
-        if self.speculator is not None and self.speculator.wants(params, max_tokens):
-            yield from self.speculator.decode(self, pending, params, constraint)
+        self, pending: int, params: SamplingParams, constraint, cancel: CancelToken
+    ) -> Iterator[tuple[list[int], list[str]]]:
+        """Batches of (tokens, sources) until the caller stops or `cancel` is set."""
+        if self.speculator is not None and self.speculator.policy.mode != "off":
+            yield from self.speculator.decode(self, pending, params, constraint, cancel)
             return
         gen = plain_decode(self.target.model, self.tcache.cache, pending, params, constraint)
         try:
             for tok in gen:
-                yield [tok], [False]
+                yield [tok], ["target"]
         finally:
             gen.close()
 

@@ -19,6 +19,7 @@ from typing import Iterator
 
 import mlx.core as mx
 
+from ..cancel import CancelToken
 from ..events import SpeculationChanged
 from .drafters import Draft, Drafter
 from .sampling import SamplingParams, apply_mask, log_probs
@@ -133,11 +134,9 @@ class Speculator:
         self.rounds_since_check = 0
         self.check_every = self.policy.probe_rounds  # doubles while speculation keeps winning
         self.call = _CallStats()
+        self.off_reason = ""  # why auto switched drafting off, while it is off
 
     # ---- Session hooks ------------------------------------------------------------------
-
-    def wants(self, params: SamplingParams, max_tokens: int) -> bool:
-        return self.policy.mode != "off"
 
     def rewind_to(self, n: int) -> None:
         self.drafter.rewind_to(n)
@@ -147,6 +146,14 @@ class Speculator:
         return dict(speculative=True, drafter=self.drafter.name, rounds=c.rounds,
                     drafted=c.drafted, accepted=c.accepted, forced_tokens=c.forced, k=c.k,
                     draft_s=c.draft_s, verify_s=c.verify_s)
+
+    def progress(self) -> dict:
+        """Figures so far in this call, and the speculation state, for `DecodeProgress`."""
+        c = self.call
+        state = "on" if self.enabled else "auto-off"
+        return dict(drafted=c.drafted, accepted=c.accepted, rounds=c.rounds,
+                    k=c.k if self.enabled else 0, speculation=state,
+                    reason="" if self.enabled else self.off_reason)
 
     # ---- policy -------------------------------------------------------------------------
 
@@ -178,17 +185,19 @@ class Speculator:
     # ---- decoding -----------------------------------------------------------------------
 
     def decode(self, session, pending: int, params: SamplingParams,
-               constraint: TokenConstraint | None) -> Iterator:
-        """Yield (tokens, from_draft) batches or events, forever; the session stops us."""
+               constraint: TokenConstraint | None, cancel: CancelToken | None = None) -> Iterator:
+        """Yield (tokens, sources) batches or events until the session stops us or `cancel`
+        is set (checked before every round, so a cancel never splits a round)."""
         self.call = _CallStats()
+        cancel = cancel or CancelToken()
         model, cache = session.target.model, session.tcache.cache
         probe_plain = 0
-        while True:
+        while not cancel.cancelled:
             if probe_plain or not self.enabled:
                 t0 = time.perf_counter()
                 tok = plain_step(model, cache, pending, params, constraint)
                 self.plain_tps.add(1.0 / max(time.perf_counter() - t0, 1e-9))
-                yield [tok], [False]
+                yield [tok], ["target"]
                 pending = tok
                 if probe_plain:
                     probe_plain -= 1
@@ -200,11 +209,12 @@ class Speculator:
                     self.plain_left -= 1
                     if self.plain_left <= 0:
                         self.enabled = True
+                        self.off_reason = ""
                         self.rounds_since_check = 0
                         yield SpeculationChanged(True, self.k_for("model"), "re-probing")
                 continue
-            emitted, n = self._round(session, pending, params, constraint)
-            yield emitted, [True] * n + [False] * (len(emitted) - n)
+            emitted, n, source = self._round(session, pending, params, constraint)
+            yield emitted, [source] * n + ["target"] * (len(emitted) - n)
             pending = emitted[-1]
             self.rounds_since_check += 1
             if self.policy.mode == "auto" and self.rounds_since_check >= self.check_every:
@@ -213,11 +223,14 @@ class Speculator:
 
     def _switch_off(self, reason: str) -> Iterator:
         self.enabled = False
+        self.off_reason = reason
         self.plain_left = self.backoff
         self.backoff = min(self.backoff * 2, 1024)
         yield SpeculationChanged(False, 0, reason)
 
-    def _round(self, session, pending: int, params, constraint) -> tuple[list[int], int]:
+    def _round(self, session, pending: int, params, constraint) -> tuple[list[int], int, str]:
+        """One round; returns (emitted tokens, accepted drafts, where the drafts came from:
+        "draft" for a draft model, "lookup", or "forced" for grammar-determined tokens)."""
         t_prep = time.perf_counter()
         prepare = getattr(self.drafter, "prepare", None)
         if prepare is not None:  # catch-up is prefill work: kept out of the speed comparison
@@ -250,4 +263,5 @@ class Speculator:
             c.k = len(draft.tokens)
             self.accepted_per_round.setdefault(draft.source or "model", _Ema()).add(n)
         self.spec_tps.add(len(emitted) / max(t2 - t0, 1e-9))
-        return emitted, n
+        source = {"model": "draft", "": "draft"}.get(draft.source, draft.source)
+        return emitted, n, source

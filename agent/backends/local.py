@@ -1,4 +1,5 @@
-"""The agent loop's `Model` on top of the engine's `Session`, with grammar-constrained calls.
+"""The in-process backend: the conversation's `Model` on the engine's `Session`, with
+grammar-constrained tool calls.
 
 One assistant turn is up to two `Session.generate` calls on the same, growing prompt:
 1. free text until the model writes `<tool_call>` (a stop string) or ends its answer;
@@ -6,7 +7,8 @@ One assistant turn is up to two `Session.generate` calls on the same, growing pr
    this nearly free), decoded under `agent.constraints.tool_call_grammar` — schema-valid
    arguments, `edit_file` `old` texts taken from the files — until `</tool_call>`.
 With `constrain=False` step 2 runs unconstrained and the loop validates the call afterwards.
-The turn's two `GenerationStats` are merged into one. Not here: parsing and running calls.
+The turn's two `GenerationStats` are merged into one; a cancel stops either part between
+rounds. Not here: parsing and running calls (agent/core).
 """
 
 from __future__ import annotations
@@ -14,9 +16,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Iterator, Mapping
 
-from .constraints import CLOSE, OPEN, GrammarConstraint, candidate_files, ll_tokenizer, tool_call_grammar
-from .events import Event, GenerationStats, TextDelta, Warning
-from .loop import ModelError, parse_calls
+from tools import ToolContext
+
+from ..cancel import CancelToken
+from ..constraints import GrammarConstraint, candidate_files, ll_tokenizer, tool_call_grammar
+from ..core.callformat import CLOSE, OPEN, is_first_turn, read_paths
+from ..core.conversation import ModelError
+from ..events import Event, GenerationStats, TextDelta, Warning
 
 
 def merge_stats(a: GenerationStats, b: GenerationStats) -> GenerationStats:
@@ -43,26 +49,16 @@ def merge_stats(a: GenerationStats, b: GenerationStats) -> GenerationStats:
     )
 
 
-def read_paths(messages: list[dict[str, str]]) -> list[str]:
-    """Paths the model asked to read in earlier turns, most recent first."""
-    paths: list[str] = []
-    for m in reversed(messages):
-        if m["role"] == "assistant":
-            paths += [c.arguments["path"] for c in parse_calls(m["content"])
-                      if c.name == "read_file" and not c.error]
-    return list(dict.fromkeys(paths))
+class LocalModel:
+    """Adapts `Session` to the conversation's `Model` protocol."""
 
-
-class SessionModel:
-    """Adapts `Session` to the loop's `Model` protocol."""
-
-    def __init__(self, session: Any, params: Any, max_tokens: int, ctx: Any = None,
+    def __init__(self, session: Any, params: Any, max_tokens: int, ctx: ToolContext | None,
                  constrain: bool = True, tools: Mapping[str, Any] | None = None,
                  tool_choice: str = "auto"):
         from tools import TOOLS
 
         self.session, self.params, self.max_tokens = session, params, max_tokens
-        self.ctx = ctx  # tools.ToolContext: where edit_file's files are read for the grammar
+        self.ctx = ctx  # where edit_file's files are read for the grammar (None: no files)
         self.constrain = constrain
         self.tools = TOOLS if tools is None else tools  # what the grammar admits
         self.tool_choice = tool_choice  # "first": the first turn opens with a call; "required": all
@@ -70,7 +66,7 @@ class SessionModel:
         self.last_grammar = ""
 
     def _stream(self, prompt: list[int], out: list, **kw) -> Iterator[Event]:
-        from .engine.session import ContextOverflowError
+        from ..engine.session import ContextOverflowError
 
         try:
             for ev in self.session.generate(prompt, params=self.params, max_tokens=self.max_tokens, **kw):
@@ -94,24 +90,25 @@ class SessionModel:
         self.last_grammar = tool_call_grammar(self.tools, files, generic_edit=not complete)
         return GrammarConstraint(self._ll_tok, self.last_grammar, self.session.target.vocab_size)
 
-    def generate(self, messages: list[dict[str, str]]) -> Iterator[Event]:
+    def generate(self, messages: list[dict[str, str]], cancel: CancelToken | None = None) -> Iterator[Event]:
+        cancel = cancel or CancelToken()
         prompt = self.session.render(messages)
-        first_turn = not any(m["role"] == "assistant" for m in messages)
+        first_turn = is_first_turn(messages)
         if self.tool_choice == "required" or (self.tool_choice == "first" and first_turn):
-            yield TextDelta(OPEN, ())
-            yield from self._call(messages, prompt, OPEN, None)
+            yield TextDelta(OPEN, (), (), ())
+            yield from self._call(messages, prompt, OPEN, None, cancel)
             return
         first: list = []
-        yield from self._stream(prompt, first, stop_strings=[OPEN])
+        yield from self._stream(prompt, first, stop_strings=[OPEN], cancel=cancel)
         stats = first.pop()
         text = "".join(first)
         if stats.finish_reason != "stop_string" or not text.endswith(OPEN):
             yield stats
             return
-        yield from self._call(messages, prompt, text, stats)
+        yield from self._call(messages, prompt, text, stats, cancel)
 
     def _call(self, messages: list[dict[str, str]], prompt: list[int], text: str,
-              stats: GenerationStats | None) -> Iterator[Event]:
+              stats: GenerationStats | None, cancel: CancelToken) -> Iterator[Event]:
         """Decode the call after `text` (which ends with `<tool_call>`), under the grammar."""
         constraint = self.constraint(messages)
         if constraint is not None and constraint.error:
@@ -120,5 +117,6 @@ class SessionModel:
         encode = getattr(self.session.tokenizer, "encode")
         prompt2 = list(prompt) + list(encode(text, add_special_tokens=False))
         second: list = []
-        yield from self._stream(prompt2, second, stop_strings=[CLOSE], constraint=constraint)
+        yield from self._stream(prompt2, second, stop_strings=[CLOSE], constraint=constraint,
+                                cancel=cancel)
         yield merge_stats(stats, second[-1]) if stats is not None else second[-1]

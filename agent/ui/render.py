@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import IO, Any
 
-from .events import (AgentResult, ApprovalRequired, AssistantMessage, Event, GenerationStats,
+from ..events import (AgentResult, ApprovalRequired, AssistantMessage, Event, GenerationStats,
                      GitAction, PrefillProgress, RunStopped, SpeculationChanged, TextDelta,
                      ToolCallFinished, ToolCallStarted, TurnStats, Warning)
 

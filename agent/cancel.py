@@ -1,0 +1,28 @@
+"""A cancel token: the UI sets it, the engine and the conversation check it between steps.
+
+Checked between prefill chunks, between decoding rounds (plain or speculative) and between
+tool calls; a check never interrupts a forward pass, so caches stay consistent. Thread-safe
+(a UI thread cancels while the engine thread decodes). Imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+class CancelToken:
+    """Set once by whoever wants the current turn to stop; never cleared (make a new one)."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+
+    def cancel(self) -> None:
+        self._event.set()
+
+    @property
+    def cancelled(self) -> bool:
+        return self._event.is_set()
+
+    def __bool__(self) -> bool:  # a token is always truthy; use `.cancelled`
+        return True
+

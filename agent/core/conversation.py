@@ -1,0 +1,284 @@
+"""The agent as a conversation: user message → model turns → tool calls → … → answer.
+
+`Conversation.send(text, cancel)` runs one user message to an answer and yields events for
+every step (agent/events.py): text deltas and live progress, the model's message, each tool
+call and its result, git actions, per-turn stats, and finally `RunStopped` + `AgentResult`
+(usage of this message; `Conversation.usage` sums the whole conversation). The history is
+kept across messages and is append-only, so a session with prefix caching re-reads only the
+new messages. A `CancelToken` stops a message between decoding rounds and between tool calls;
+the history stays well-formed (a cut assistant message is kept without its partial call, and
+every call gets a result). The model is anything with the `Model` protocol (agent/backends);
+asking the user is the `Approver`'s business (agent/ui). Nothing here renders.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator, Protocol
+
+from tools import TOOLS, ToolContext, ToolResult, call_tool
+
+from ..approvals import decide
+from ..cancel import CancelToken
+from ..config import Config
+from ..events import (AgentResult, ApprovalRequest, ApprovalRequired, AssistantMessage, Event,
+                      GenerationStats, GitAction, RunStopped, TextDelta, ToolCallFinished,
+                      ToolCallStarted, TurnStarted, TurnStats, Warning)
+from ..git import GitGuard, GitSafetyError
+from .callformat import ParsedCall, format_result, parse_calls, strip_calls
+from .preview import approval_request
+from .prompt import system_prompt
+
+
+class ModelError(Exception):
+    """The model could not produce a turn (e.g. the context is full); ends the message."""
+
+
+class Model(Protocol):
+    def generate(self, messages: list[dict[str, str]], cancel: CancelToken) -> Iterator[Event]:
+        """Stream one assistant turn: `TextDelta`s (and progress events), then exactly one
+        `GenerationStats` (finish_reason "cancelled" when `cancel` stopped it)."""
+        ...
+
+
+class Approver(Protocol):
+    def __call__(self, request: ApprovalRequest) -> str:
+        """"yes", "no", or "always" (approve this scope for the rest of the conversation)."""
+        ...
+
+
+@dataclass
+class Usage:
+    """Figures summed over model turns: one message's, or a whole conversation's."""
+
+    started: float = field(default_factory=time.perf_counter)
+    turns: list[GenerationStats] = field(default_factory=list)
+    tool_calls: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        t = self.turns
+        out = sum(s.generated_tokens for s in t)
+        decode_s = sum(s.decode_s for s in t)
+        prompt = sum(s.prompt_tokens for s in t)
+        cached = sum(s.cached_tokens for s in t)
+        drafted, accepted = sum(s.drafted for s in t), sum(s.accepted for s in t)
+        new = prompt - cached
+        prefill_s = sum(s.prefill_s for s in t)
+        return {
+            "input_tokens": prompt, "cached_input_tokens": cached, "output_tokens": out,
+            "cache_hit_rate": cached / prompt if prompt else 0.0,
+            "decode_tps": out / decode_s if decode_s > 0 else 0.0,
+            "prefill_tps": new / prefill_s if prefill_s > 0 else 0.0,
+            "drafted_tokens": drafted, "accepted_tokens": accepted,
+            "acceptance_rate": accepted / drafted if drafted else 0.0,
+            "tool_calls": self.tool_calls, "model_turns": len(t),
+            "duration_s": time.perf_counter() - self.started,
+        }
+
+
+ERROR_STOPS = ("error", "approval_required", "cancelled")
+NOT_RUN = "not run: the user cancelled before this call"
+
+
+@dataclass
+class _Run:
+    """State of one `send`: its usage, the task text (for commit messages), the turn."""
+
+    task: str
+    cancel: CancelToken
+    usage: Usage = field(default_factory=Usage)
+    turn: int = 0
+    last_text: str = ""
+
+
+class Conversation:
+    """A conversation with the agent in one workspace. Not thread-safe: one `send` at a time."""
+
+    def __init__(self, model: Model, ctx: ToolContext, cfg: Config, *, git: GitGuard | None = None,
+                 approver: Approver | None = None, messages: list[dict[str, str]] | None = None,
+                 conv_id: str = "", on_message: Callable[[dict[str, str]], None] | None = None):
+        self.model, self.ctx, self.cfg, self.approver = model, ctx, cfg, approver
+        self.root = ctx.root
+        self.git = git if git is not None else GitGuard.open(self.root, cfg.dirty_files, cfg.auto_commit)
+        self.on_message = on_message  # called with every message appended (persistence)
+        self.id = conv_id or new_id()
+        self.messages: list[dict[str, str]] = list(messages) if messages else []
+        if not self.messages:
+            self._append({"role": "system", "content": system_prompt(self.root)})
+        self.usage = Usage()  # the whole conversation
+        self.always: set[str] = set()  # approval scopes the user answered "always" for
+        self._warned = False
+
+    # ---- state ---------------------------------------------------------------------------
+
+    def _append(self, message: dict[str, str]) -> None:
+        self.messages.append(message)
+        if self.on_message is not None:
+            self.on_message(message)
+
+    def set_config(self, cfg: Config) -> None:
+        """Use `cfg` from the next call on (e.g. a new approval mode)."""
+        self.cfg = cfg
+        self.git.dirty_mode, self.git.auto_commit = cfg.dirty_files, cfg.auto_commit
+
+    def add_note(self, text: str) -> None:
+        """Add context the user supplied outside a message (e.g. a command's output)."""
+        self._append({"role": "user", "content": text})
+
+    @property
+    def user_messages(self) -> int:
+        return sum(1 for m in self.messages if m["role"] == "user")
+
+    # ---- one user message ------------------------------------------------------------------
+
+    def send(self, text: str, cancel: CancelToken | None = None) -> Iterator[Event]:
+        """Run the user's `text` to an answer, `max_turns`, an approval stop, an error or a
+        cancel; the last two events are `RunStopped` and `AgentResult`."""
+        run = _Run(text, cancel or CancelToken())
+        if self.git.warning and not self._warned:
+            self._warned = True
+            yield Warning(self.git.warning)
+        self._append({"role": "user", "content": text})
+        for turn in range(1, self.cfg.max_turns + 1):
+            run.turn = turn
+            if run.cancel.cancelled:
+                yield from self._finish(run, "cancelled", "cancelled")
+                return
+            yield TurnStarted(turn)
+            try:
+                reply, stats = yield from self._model_turn(run)
+            except ModelError as e:
+                yield from self._finish(run, "error", str(e))
+                return
+            calls = parse_calls(reply) if stats is None or stats.finish_reason != "cancelled" else []
+            if not calls:
+                reason = "cancelled" if run.cancel.cancelled else "answered"
+                yield from self._finish(run, reason, "cancelled" if reason == "cancelled" else "")
+                return
+            stop = yield from self._run_calls(run, calls)
+            if stop:
+                yield from self._finish(run, "approval_required", stop)
+                return
+        yield from self._finish(run, "max_turns")
+
+    def _model_turn(self, run: _Run) -> Iterator[Event]:
+        parts: list[str] = []
+        stats = None
+        for ev in self.model.generate(self.messages, run.cancel):
+            if isinstance(ev, TextDelta):
+                parts.append(ev.text)
+            if isinstance(ev, GenerationStats):
+                stats = ev
+            else:
+                yield ev
+        reply = "".join(parts)
+        cut = stats is not None and stats.finish_reason == "cancelled"
+        # A reply cut by a cancel keeps its text but not a half-written call.
+        self._append({"role": "assistant", "content": strip_calls(reply) if cut else reply})
+        run.last_text = strip_calls(reply)
+        yield AssistantMessage(run.last_text, run.turn)
+        if stats is not None:
+            run.usage.turns.append(stats)
+            self.usage.turns.append(stats)
+            yield TurnStats(run.turn, stats)
+        return reply, stats
+
+    def _run_calls(self, run: _Run, calls: list[ParsedCall]) -> Iterator[Event]:
+        """Run a turn's calls; returns '' or the approval problem that stops the message."""
+        results, changed, stop = [], [], ""
+        try:
+            for k, call in enumerate(calls, 1):
+                call_id = f"call_{self.user_messages}_{run.turn}_{k}"
+                if run.cancel.cancelled:
+                    results.append(format_result(call.name, ToolResult.error(NOT_RUN)))
+                    continue
+                yield ToolCallStarted(call_id, call.name, call.arguments)
+                run.usage.tool_calls += 1
+                self.usage.tool_calls += 1
+                result, stop = yield from self._one_call(call_id, call)
+                if stop:
+                    break
+                yield ToolCallFinished(call_id, call.name, result.ok, result.output)
+                results.append(format_result(call.name, result))
+                changed += result.changed
+        finally:
+            yield from self._commit(changed, run)
+        if not stop:
+            self._append({"role": "user", "content": "\n".join(results)})
+        return stop
+
+    def _approve(self, call_id: str, call: ParsedCall, kind: str) -> Iterator[Event]:
+        """(approved, stop) for a call the policy may want a person to see."""
+        decision = decide(self.cfg.approval_mode, kind, call.name, call.arguments, self.root)
+        if not decision.ask:
+            return True, ""
+        request = approval_request(call_id, call.name, kind, call.arguments, decision.reason, self.root)
+        if request.can_always and request.scope in self.always:
+            return True, ""
+        if self.approver is None:
+            yield ApprovalRequired(call_id, call.name, decision.reason)
+            return False, _approval_hint(decision.reason)
+        answer = self.approver(request)
+        if answer == "always" and request.can_always:
+            self.always.add(request.scope)
+        return answer in ("yes", "always"), ""
+
+    def _one_call(self, call_id: str, call: ParsedCall) -> Iterator[Event]:
+        """(result, stop): run one call through validation, approval and git protection."""
+        if call.error:
+            return ToolResult.error(call.error), ""
+        tool = TOOLS[call.name]
+        approved, stop = yield from self._approve(call_id, call, tool.kind)
+        if stop:
+            return ToolResult.error("not approved"), stop
+        if not approved:
+            return ToolResult.error("the user did not approve this call; try something else"), ""
+        if tool.kind == "edit":
+            for arg in tool.paths:
+                problem = self._protect(call.arguments.get(arg, ""))
+                if problem:
+                    return ToolResult.error(problem), ""
+                for note in self.git.notes:
+                    yield GitAction("protect", note)
+                self.git.notes.clear()
+        return call_tool(call.name, call.arguments, self.ctx), ""
+
+    def _protect(self, path: str) -> str:
+        from tools._paths import PathError, confine
+
+        try:
+            confine(self.root, path)
+        except PathError as e:
+            return str(e)
+        return self.git.protect(path)
+
+    def _commit(self, changed: list[str], run: _Run) -> Iterator[Event]:
+        if not changed:
+            return
+        try:
+            sha = self.git.commit_turn(changed, run.task, run.turn)
+        except GitSafetyError as e:
+            yield Warning(str(e))
+            return
+        if sha:
+            files = tuple(sorted(set(changed)))
+            yield GitAction("commit", f"committed the agent's edits as {sha}", sha, files)
+
+    def _finish(self, run: _Run, reason: str, error: str = "") -> Iterator[Event]:
+        yield RunStopped(reason, run.turn)
+        yield AgentResult(reason in ERROR_STOPS, run.last_text, run.turn, run.usage.as_dict(),
+                          error, stop_reason=reason)
+
+
+def new_id() -> str:
+    """A conversation id: sortable by creation time, unique enough for one user."""
+    return time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:6]
+
+
+def _approval_hint(reason: str) -> str:
+    if reason.startswith("destructive"):
+        return f"{reason}; destructive commands always need a person's approval, stopping"
+    return f"{reason}; stopping (no one to ask: rerun with --yes or --approval-mode full-auto)"
+

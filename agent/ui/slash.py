@@ -1,0 +1,176 @@
+"""Slash commands, shared by the interactive UIs (Textual and the plain REPL).
+
+`run(runtime, line)` executes one `/command args` line against a `Runtime` and returns a
+`Reply`: text to show, and an `action` the UI carries out itself (quit, a new conversation
+view, the token-colour toggle). Commands marked `slow` load models: UIs run them off their
+UI thread. Errors come back as reply text, never as exceptions. Nothing here draws.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str = ""
+    action: str = ""  # "" | "quit" | "clear" | "tokens"
+    error: bool = False
+
+
+@dataclass(frozen=True)
+class Command:
+    name: str
+    usage: str  # the arguments, e.g. "[on|off|auto]"
+    help: str
+    fn: Callable[[Any, str], Reply]
+    slow: bool = False  # loads models: run it on a worker thread
+
+
+def _help(rt, arg: str) -> Reply:
+    lines = ["Commands:"]
+    lines += [f"  /{c.name} {c.usage}".rstrip().ljust(30) + c.help for c in COMMANDS.values()]
+    lines += ["", "Also: @path attaches a file, !command runs a shell command and adds its "
+              "output, Esc or Ctrl+C cancels, Ctrl+C twice quits."]
+    return Reply("\n".join(lines))
+
+
+def _clear(rt, arg: str) -> Reply:
+    conv = rt.new_conversation()
+    return Reply(f"new conversation {conv.id}", action="clear")
+
+
+def _undo(rt, arg: str) -> Reply:
+    from ..git import GitSafetyError
+
+    try:
+        return Reply(rt.git.undo())
+    except GitSafetyError as e:
+        return Reply(str(e), error=True)
+
+
+def _diff(rt, arg: str) -> Reply:
+    """Uncommitted changes, then the agent's last commit if HEAD is one."""
+    import git as gitpython
+
+    from ..git import is_agent_commit
+
+    if not rt.git.enabled:
+        return Reply(rt.git.warning or "not a git repository", error=True)
+    repo = rt.git.repo
+    parts = []
+    try:
+        work = repo.git.diff("HEAD") if repo.head.is_valid() else repo.git.diff()
+        if work.strip():
+            parts.append("# uncommitted changes\n" + work)
+        if repo.head.is_valid() and is_agent_commit(repo.head.commit.message):
+            head = repo.head.commit
+            parts.append(f"# spec-agent's last commit {head.hexsha[:8]}\n" + repo.git.show("--format=%s", head.hexsha))
+    except gitpython.exc.GitCommandError as e:
+        return Reply(f"git diff failed: {e.stderr.strip() or e}", error=True)
+    return Reply("\n\n".join(parts) or "no changes")
+
+
+def _setter(key: str, label: str, choices: tuple[str, ...] = (), convert=str):
+    def fn(rt, arg: str) -> Reply:
+        from ..config import ConfigError
+
+        if not arg:
+            return Reply(f"{label}: {getattr(rt.cfg, key)!r}" + (f" (one of {', '.join(choices)})" if choices else ""))
+        if choices and arg not in choices:
+            return Reply(f"{label} must be one of {', '.join(choices)}", error=True)
+        try:
+            return Reply(rt.set(key, convert(arg)))
+        except (ConfigError, ValueError) as e:
+            return Reply(str(e), error=True)
+        except Exception as e:  # noqa: BLE001 - a model that fails to load must not end the UI
+            code = getattr(e, "exit_code", None)
+            if code is None:
+                raise
+            return Reply(f"{label}: {e}", error=True)
+    return fn
+
+
+def _k(arg: str) -> int:
+    return 0 if arg == "auto" else int(arg)
+
+
+def _draft(arg: str) -> str:
+    return "" if arg == "none" else arg
+
+
+def _stats(rt, arg: str) -> Reply:
+    conv = rt.conversation
+    if conv is None or not conv.usage.turns:
+        return Reply("no model turns yet")
+    u = conv.usage.as_dict()
+    last = conv.usage.turns[-1]
+    return Reply(
+        f"conversation {conv.id}: {u['model_turns']} model turns, {u['tool_calls']} tool calls\n"
+        f"tokens: {u['input_tokens']} in ({u['cached_input_tokens']} from cache, "
+        f"{u['cache_hit_rate']:.0%}), {u['output_tokens']} out\n"
+        f"decode {u['decode_tps']:.1f} tok/s, prefill {u['prefill_tps']:.0f} tok/s\n"
+        f"speculation: {u['accepted_tokens']}/{u['drafted_tokens']} drafted tokens accepted "
+        f"({u['acceptance_rate']:.0%})\n"
+        f"last turn: {last.generated_tokens} tokens at {last.decode_tps:.1f} tok/s, "
+        f"context {last.context_tokens}/{last.context_limit or '?'}")
+
+
+def _config(rt, arg: str) -> Reply:
+    from dataclasses import fields
+
+    return Reply("\n".join(f"{f.name} = {getattr(rt.cfg, f.name)!r}" for f in fields(rt.cfg)))
+
+
+def _quit(rt, arg: str) -> Reply:
+    return Reply(action="quit")
+
+
+def _tokens(rt, arg: str) -> Reply:
+    return Reply(action="tokens")
+
+
+COMMANDS: dict[str, Command] = {c.name: c for c in (
+    Command("help", "", "list commands", _help),
+    Command("clear", "", "start a new conversation", _clear),
+    Command("undo", "", "revert the agent's last commit", _undo),
+    Command("diff", "", "show uncommitted changes and the agent's last commit", _diff),
+    Command("model", "[ref]", "show or switch the model (loads it)",
+            _setter("model", "model"), slow=True),
+    Command("draft", "[ref|none]", "show or switch the draft model (loads it)",
+            _setter("draft_model", "draft model", convert=_draft), slow=True),
+    Command("k", "[n|auto]", "draft tokens per round (auto = adaptive)",
+            _setter("num_draft_tokens", "K", convert=_k)),
+    Command("speculation", "[on|off|auto]", "speculative decoding mode",
+            _setter("speculation", "speculation", ("on", "off", "auto"))),
+    Command("mode", "[suggest|auto-edit|full-auto]", "approval mode",
+            _setter("approval_mode", "approval mode", ("suggest", "auto-edit", "full-auto"))),
+    Command("stats", "", "figures for this conversation", _stats),
+    Command("config", "", "the effective configuration", _config),
+    Command("tokens", "", "colour text by where each token came from", _tokens),
+    Command("quit", "", "leave spec-agent", _quit),
+)}
+
+
+def parse(line: str) -> tuple[Command | None, str]:
+    """(command, its argument text) for a `/name args` line; (None, error) otherwise."""
+    name, _, arg = line.strip()[1:].partition(" ")
+    cmd = COMMANDS.get(name)
+    if cmd is None:
+        near = [n for n in COMMANDS if n.startswith(name)] if name else []
+        hint = f"; did you mean /{near[0]}?" if len(near) == 1 else "; /help lists commands"
+        return None, f"unknown command /{name}{hint}"
+    return cmd, arg.strip()
+
+
+def run(rt, line: str) -> Reply:
+    cmd, arg = parse(line)
+    if cmd is None:
+        return Reply(arg, error=True)
+    return cmd.fn(rt, arg)
+
+
+def complete(prefix: str) -> list[str]:
+    """Command names (with their slash) that start with `prefix` (which starts with '/')."""
+    return [f"/{n}" for n in COMMANDS if f"/{n}".startswith(prefix)]
