@@ -80,8 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="controlled pair: scale of the target's extra layers (acceptance knob)")
     _engine_flags(bench)
     sub.add_parser("undo", help="revert the agent's last commit")
-    config = sub.add_parser("config", help="show the effective configuration")
+    config = sub.add_parser("config", help="show the effective configuration and where each "
+                            "value comes from", argument_default=argparse.SUPPRESS)
     config.add_argument("config_command", choices=["show"], metavar="show")
+    _engine_flags(config)
     return p
 
 

@@ -93,6 +93,10 @@ def textual_usable() -> bool:
     return bool(term) and term not in ("dumb", "unknown")
 
 
+def has_terminal() -> bool:
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
 def interactive(args, cfg: Config) -> int:
     """The interactive UIs: Textual by default, the prompt-toolkit REPL with --plain or when
     the terminal cannot run Textual. --continue / --resume ID pick up a stored conversation."""
@@ -100,7 +104,7 @@ def interactive(args, cfg: Config) -> int:
     from .runtime import Runtime
 
     root = workspace(args)
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+    if not has_terminal():
         print('spec-agent: error: the interactive UI needs a terminal; give a task with -p "..."',
               file=sys.stderr)
         return 2

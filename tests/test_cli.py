@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -186,3 +187,43 @@ def test_closed_output_pipe_exits_quietly(args):
     proc.stdout.close()  # like `| head` having exited
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) in (0, 141) and "Traceback" not in err and "Broken" not in err
+
+
+def test_config_show_names_each_source(tmp_path):
+    (tmp_path / ".specrc").write_text("temperature = 0.5\n")
+    r = cli("-C", str(tmp_path), "--max-turns", "3", "config", "show", "--top-k", "5",
+            env={"SPEC_AGENT_MAX_TOKENS": "77", "XDG_CONFIG_HOME": str(tmp_path / "nocfg")})
+    assert r.returncode == 0, r.stderr
+    rows = {line.split("=")[0].strip(): line for line in r.stdout.splitlines()}
+    assert rows["temperature"].endswith(f"# {tmp_path / '.specrc'}")
+    assert rows["top_k"].endswith("# command line") and rows["max_turns"].endswith("# command line")
+    assert rows["max_tokens"].endswith("# environment (SPEC_AGENT_MAX_TOKENS)")
+    assert rows["model"].endswith("# default") and len(rows) >= 20
+
+
+def test_config_show_bad_value_is_one_error(tmp_path):
+    (tmp_path / ".specrc").write_text("top_p = 7\n")
+    r = cli("-C", str(tmp_path), "config", "show")
+    assert r.returncode == 2 and "top_p" in r.stderr and ".specrc" in r.stderr
+    assert r.stderr.count("\n") == 1 and not r.stdout
+
+
+def test_interactive_without_a_terminal_says_use_p(tmp_path):
+    r = cli("-C", str(tmp_path), "--blas", "off", input="")
+    assert r.returncode == 2 and "needs a terminal" in r.stderr and "-p" in r.stderr
+
+
+def test_resume_of_unknown_conversation_is_exit_2(tmp_path, monkeypatch):
+    """--resume names a conversation that does not exist: one error, before any UI starts."""
+    import agent.commands
+    from agent.core.history import HistoryError
+
+    monkeypatch.setenv("SPEC_AGENT_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(agent.commands, "has_terminal", lambda: True)
+    args = SimpleNamespace(repo=tmp_path, continue_last=False, resume="nope-123", plain=True)
+    with pytest.raises(HistoryError) as e:
+        agent.commands.interactive(args, Config())
+    assert e.value.exit_code == 2 and "nope-123" in str(e.value)
+    args.resume, args.continue_last = None, True
+    with pytest.raises(HistoryError, match="no earlier conversation"):
+        agent.commands.interactive(args, Config())
