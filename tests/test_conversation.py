@@ -198,3 +198,21 @@ def test_cancel_from_another_thread_stops_decoding(llama):
     timer.join()
     assert events[-1].finish_reason == "cancelled" and events[-1].generated_tokens < 100_000
     assert s.tcache.offset <= len(s.tokens)
+
+
+def test_conversation_is_saved_from_its_first_message_and_resumes(git_repo, tmp_path):
+    from agent.core.history import HistoryStore
+    from agent.runtime import Runtime
+
+    store = HistoryStore(git_repo, home=tmp_path / "home")
+    rt = Runtime(full_auto(), git_repo, model=ScriptedModel(["One.", "Two."]), history=store)
+    conv = rt.new_conversation()
+    assert store.latest() is None  # nothing said yet: nothing to resume
+    list(conv.send("first"))
+    assert store.latest() == conv.id
+    rt2 = Runtime(full_auto(), git_repo, model=ScriptedModel(["Three."]), history=store)
+    resumed = rt2.resume("last")
+    assert resumed.id == conv.id and resumed.messages == conv.messages
+    list(resumed.send("again"))
+    assert store.load(conv.id)[-2:] == [{"role": "user", "content": "again"},
+                                        {"role": "assistant", "content": "Three."}]

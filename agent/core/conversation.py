@@ -105,6 +105,7 @@ class Conversation:
         self.on_message = on_message  # called with every message appended (persistence)
         self.id = conv_id or new_id()
         self.messages: list[dict[str, str]] = list(messages) if messages else []
+        self._saved = len(self.messages)  # messages already persisted (a resumed history is)
         if not self.messages:
             self._append({"role": "system", "content": system_prompt(self.root)})
         self.usage = Usage()  # the whole conversation
@@ -114,9 +115,14 @@ class Conversation:
     # ---- state ---------------------------------------------------------------------------
 
     def _append(self, message: dict[str, str]) -> None:
+        """Add a message; persist it once the conversation has a user message (a conversation
+        opened and left without one is not worth resuming)."""
         self.messages.append(message)
-        if self.on_message is not None:
-            self.on_message(message)
+        if self.on_message is None or not any(m["role"] == "user" for m in self.messages):
+            return
+        for m in self.messages[self._saved:]:
+            self.on_message(m)
+        self._saved = len(self.messages)
 
     def set_config(self, cfg: Config) -> None:
         """Use `cfg` from the next call on (e.g. a new approval mode)."""

@@ -111,10 +111,12 @@ class _Tally:
 class Session:
     """Per-conversation engine state. Not thread-safe: one generation at a time."""
 
-    def __init__(self, target: LoadedModel, prefill_chunk: int = 512, speculator: Any = None):
+    def __init__(self, target: LoadedModel, prefill_chunk: int = 0, speculator: Any = None):
         self.target = target
         self.tokenizer = target.tokenizer
-        self.prefill_chunk = prefill_chunk
+        # Cancels are checked between chunks: on the CPU a 512-token chunk takes seconds, and
+        # 128-token chunks prefill as fast there; a GPU wants bigger chunks.
+        self.prefill_chunk = prefill_chunk or (128 if target.device == "cpu" else 512)
         self.tokens: list[int] = []  # full history: prompts and generated tokens
         self.tcache = ModelCache(target)
         self.speculator = speculator  # set by the speculative layer (see speculative.py)
