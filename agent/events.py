@@ -51,8 +51,24 @@ class TextDelta(Event):
     sources: tuple[str, ...] = ()
 
 
+class _Acceptance:
+    """Acceptance figures derived from `drafted`, `accepted` and `rounds`."""
+
+    drafted: int
+    accepted: int
+    rounds: int
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def mean_accepted(self) -> float:
+        return self.accepted / self.rounds if self.rounds else 0.0
+
+
 @dataclass(frozen=True)
-class DecodeProgress(Event):
+class DecodeProgress(_Acceptance, Event):
     """Live figures during one generation, emitted several times a second (for meters)."""
 
     generated: int  # tokens so far in this generation
@@ -67,17 +83,9 @@ class DecodeProgress(Event):
     context_tokens: int
     context_limit: int
 
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def mean_accepted(self) -> float:
-        return self.accepted / self.rounds if self.rounds else 0.0
-
 
 @dataclass(frozen=True)
-class GenerationStats(Event):
+class GenerationStats(_Acceptance, Event):
     """Figures for one generation call (one model turn)."""
 
     prompt_tokens: int
@@ -101,14 +109,6 @@ class GenerationStats(Event):
     k: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.accepted / self.drafted if self.drafted else 0.0
-
-    @property
-    def mean_accepted(self) -> float:
-        return self.accepted / self.rounds if self.rounds else 0.0
 
     @property
     def cache_hit_rate(self) -> float:
