@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean openblas
+.PHONY: setup demo test bench clean openblas sandbox
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[test]'
 	@touch $(STAMP)
 
-setup: $(STAMP) openblas
+setup: $(STAMP) openblas sandbox
 
 # On Linux the MLX CPU wheel links the reference BLAS; Debian's OpenBLAS makes it ~2-8x faster.
 # Installed when we are root with apt-get; otherwise spec-agent prints how to get it.
@@ -23,6 +23,16 @@ openblas:
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libopenblas0-pthread >/dev/null) \
 	      || echo "warning: could not install libopenblas0-pthread; CPU decoding will be slower"; \
 	  else echo "note: install Debian's libopenblas0-pthread for fast CPU decoding (sudo apt-get install libopenblas0-pthread)"; fi; \
+	fi
+
+# Shell commands the agent runs are confined with bubblewrap on Linux; without it every shell
+# command needs an approval.
+sandbox:
+	@if [ "$$(uname)" = Linux ] && ! command -v bwrap >/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) \
+	      || echo "warning: could not install bubblewrap; shell commands will need approval"; \
+	  else echo "note: install bubblewrap to sandbox the agent's shell commands (sudo apt-get install bubblewrap)"; fi; \
 	fi
 
 demo: setup

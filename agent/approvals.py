@@ -264,6 +264,11 @@ def decide(mode: str, kind: str, name: str, arguments: dict[str, Any], root: Pat
             return Decision(True, f"destructive command ({why}): {arguments.get('command')}")
         if mode in ("suggest", "auto-edit"):
             return Decision(True, f"shell command needs approval in {mode} mode: {arguments.get('command')}")
+        from tools.sandbox import available  # full-auto's freedom rests on the OS sandbox
+
+        sandboxed, why = available()
+        if not sandboxed:
+            return Decision(True, f"no sandbox available ({why}): shell commands need approval")
         return Decision(False)
     if kind == "edit" and mode == "suggest":
         return Decision(True, f"{name} of {arguments.get('path')} needs approval in suggest mode")

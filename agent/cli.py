@@ -52,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="what to do with your uncommitted changes to a file the agent edits")
     p.add_argument("--shell-timeout-s", type=float, metavar="SECONDS",
                    help="kill a shell command after this long (default 60)")
+    p.add_argument("--sandbox", choices=["auto", "off"],
+                   help="auto: run shell commands in an OS sandbox (bubblewrap / sandbox-exec); "
+                   "off: run them unconfined (DANGEROUS)")
+    p.add_argument("--allow-network", dest="allow_network", action="store_const", const=True,
+                   help="let sandboxed shell commands use the network")
     p.add_argument("--no-auto-commit", dest="auto_commit", action="store_const", const=False)
     p.add_argument("--no-constrained-calls", dest="constrained_calls", action="store_const",
                    const=False, help="decode tool calls freely and validate them afterwards")
@@ -91,7 +96,7 @@ def _flags(args: argparse.Namespace) -> dict:
     keys = ("model", "draft_model", "num_draft_tokens", "speculation", "drafter", "temperature",
             "top_p", "top_k", "min_p", "max_tokens", "device", "blas", "max_turns",
             "approval_mode", "auto_commit", "constrained_calls", "tool_choice", "dirty_files",
-            "shell_timeout_s")
+            "shell_timeout_s", "sandbox", "allow_network")
     out = {k: getattr(args, k, None) for k in keys}
     if getattr(args, "yes", False):
         out["approval_mode"] = "full-auto"

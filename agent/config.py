@@ -45,6 +45,8 @@ class Config:
     shell_timeout_s: float = 60.0
     constrained_calls: bool = True  # decode tool calls under a grammar (llguidance)
     tool_choice: str = "auto"  # auto | first (first turn opens with a call) | required (every turn)
+    sandbox: str = "auto"  # auto (shell commands in an OS sandbox) | off (unsandboxed: dangerous)
+    allow_network: bool = False  # shell commands may use the network inside the sandbox
 
 
 _CHOICES = {
@@ -55,11 +57,13 @@ _CHOICES = {
     "approval_mode": {"suggest", "auto-edit", "full-auto"},
     "dirty_files": {"commit", "stash", "refuse"},
     "tool_choice": {"auto", "first", "required"},
+    "sandbox": {"auto", "off"},
 }
 
 
-# Keys that loosen safety: a cloned repo must not grant itself full-auto or longer commands.
-REPO_FORBIDDEN = ("approval_mode", "dirty_files", "shell_timeout_s")
+# Keys that loosen safety: a cloned repo must not grant itself full-auto, longer commands,
+# an unsandboxed shell or the network.
+REPO_FORBIDDEN = ("approval_mode", "dirty_files", "shell_timeout_s", "sandbox", "allow_network")
 
 # key: (test, what the value must be)
 _RANGES = {

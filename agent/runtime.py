@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tools import ToolContext
+from tools.sandbox import resolve as resolve_sandbox
 
 from .config import Config, ConfigError, check_value
 from .git import GitGuard
@@ -90,7 +91,11 @@ class Runtime:
         self.cfg, self.root = cfg, root.resolve()
         self.warn = warn or (lambda m: print(f"spec-agent: warning: {m}", file=sys.stderr))
         self.git = GitGuard.open(self.root, cfg.dirty_files, cfg.auto_commit)
-        self.ctx = ToolContext(self.root, cfg.shell_timeout_s, in_git=self.git.enabled)
+        sandbox, why = resolve_sandbox(cfg.sandbox)
+        if why:
+            self.warn(why)
+        self.ctx = ToolContext(self.root, cfg.shell_timeout_s, in_git=self.git.enabled,
+                               sandbox=sandbox, allow_network=cfg.allow_network)
         self.history, self.approver = history, approver
         self.session: Any = None
         self.model = model

@@ -28,12 +28,18 @@ class ToolResult:
 
 @dataclass(frozen=True)
 class ToolContext:
-    """Where tools run: the workspace root (every path is confined to it) and limits."""
+    """Where tools run: the workspace root (every path is confined to it) and limits.
+
+    `sandbox`: "auto" runs shell commands in the OS sandbox (tools/sandbox.py) and refuses to
+    run them when none works; "off" runs them unsandboxed: the user's explicit choice, or the
+    runtime's when no sandbox is available (the approval policy then asks for each command)."""
 
     root: Path
     shell_timeout_s: float = 60.0
     max_output_chars: int = MAX_OUTPUT_CHARS
     in_git: bool = False
+    sandbox: str = "auto"  # auto | off
+    allow_network: bool = False  # inside the sandbox
 
 
 @dataclass(frozen=True)

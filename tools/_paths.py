@@ -33,12 +33,15 @@ def confine(root: Path, path: str) -> Path:
         raise PathError(f"{path}: absolute paths are not allowed; use a path relative to the repo root")
     if ".." in p.parts:
         raise PathError(f"{path}: '..' is not allowed; paths must stay inside the repo")
-    root = root.resolve()
-    full = (root / Path(*p.parts)).resolve()  # follows symlinks, also for missing tails
+    try:
+        root = root.resolve()
+        full = (root / Path(*p.parts)).resolve()  # follows symlinks, also for missing tails
+    except (RuntimeError, OSError) as e:  # 3.11 raises RuntimeError for a symlink loop
+        raise PathError(f"{path}: cannot resolve ({e}); a symlink loop?") from None
     if full != root and root not in full.parents:
         raise PathError(f"{path}: resolves outside the repo (symlink?); refused")
     if any(_is_dotgit(part) for part in (*p.parts, *full.relative_to(root).parts)) or any(
-            _within(full, d) for d in _git_dirs(root)):
+            _within(full, d) for d in git_dirs(root)):
         raise PathError(f"{path}: the .git folder is off limits")
     return full
 
@@ -49,7 +52,7 @@ def _is_dotgit(part: str) -> bool:
     return name in (".git", "git~1")
 
 
-def _git_dirs(root: Path) -> list[Path]:
+def git_dirs(root: Path) -> list[Path]:
     """The real folders holding the repository's git data for a workspace at `root`."""
     for base in (root, *root.parents):
         dot = base / ".git"

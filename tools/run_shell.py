@@ -1,8 +1,12 @@
 """`run_shell`: run a shell command in the repo root with a timeout and a capped output.
 
-The approval policy (agent/approvals.py) decides whether the command may run; this module
-only runs it. Output (stdout and stderr together) is read as it comes, so a command that
-prints without end cannot exhaust memory; on timeout the whole process group is killed.
+Every command runs inside the OS sandbox (tools/sandbox.py: the repo is the only writable
+place, its .git stays read-only, no network unless allowed, and nothing it starts outlives
+the call) unless the context says `sandbox="off"`; with "auto" and no working sandbox the
+command is refused, never silently run bare. The approval policy (agent/approvals.py)
+decides whether a command may run; this module only runs it. Output (stdout and stderr
+together) is read as it comes, so a command that prints without end cannot exhaust memory;
+on timeout the process group is killed (and with it the whole sandbox).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import signal
 import subprocess
 import threading
 
+from . import sandbox
 from ._base import ToolContext, ToolResult
 
 SCHEMA = {
@@ -23,7 +28,8 @@ SCHEMA = {
     "required": ["command"],
     "additionalProperties": False,
 }
-DESCRIPTION = "Run a shell command in the repo root; returns exit code and output."
+DESCRIPTION = ("Run a shell command in the repo root (sandboxed: only the repo is writable, .git is "
+               "read-only, no network unless allowed); returns exit code and output.")
 
 
 class _Reader(threading.Thread):
@@ -52,9 +58,16 @@ def _kill(proc: subprocess.Popen) -> None:
 
 def run_shell(ctx: ToolContext, command: str, timeout_s: float | None = None) -> ToolResult:
     timeout = min(timeout_s or ctx.shell_timeout_s, ctx.shell_timeout_s)
+    argv = ["/bin/sh", "-c", command]
+    if ctx.sandbox != "off":
+        ok, why = sandbox.available()
+        if not ok:
+            return ToolResult.error(f"no sandbox available ({why}); the command was not run. "
+                                    'The user may install one or set sandbox = "off".')
+        argv = sandbox.wrap(argv, ctx.root, ctx.allow_network)
     try:
         proc = subprocess.Popen(
-            command, shell=True, cwd=ctx.root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            argv, cwd=ctx.root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT, start_new_session=True,
         )
     except OSError as e:

@@ -1,0 +1,255 @@
+"""The shell sandbox (tools/sandbox.py + run_shell): what a command may not touch, what it may,
+that nothing it starts outlives it, and what happens without a sandbox (refusal, approvals).
+
+The tests that run commands need a working bubblewrap (Linux; `.ci/run` installs it); the
+rest (argv shape, the Seatbelt profile, fallbacks, approvals, config) run anywhere.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from scripted import git_repo  # noqa: F401 - fixture
+
+from agent.approvals import decide
+from agent.config import ConfigError, load_config
+from tools import ToolContext, call_tool, sandbox
+
+BWRAP_OK, BWRAP_WHY = sandbox.available() if sys.platform.startswith("linux") else (False, "not Linux")
+needs_bwrap = pytest.mark.skipif(not BWRAP_OK, reason=f"no working bubblewrap: {BWRAP_WHY}")
+
+
+@pytest.fixture
+def ctx(git_repo) -> ToolContext:
+    return ToolContext(git_repo, shell_timeout_s=10, in_git=True)
+
+
+def sh(ctx: ToolContext, command: str, **args):
+    return call_tool("run_shell", {"command": command, **args}, ctx)
+
+
+def alive(marker: str) -> str:
+    """Processes whose command line holds `marker` (pgrep -f), as text."""
+    return subprocess.run(["pgrep", "-af", marker], capture_output=True, text=True, check=False).stdout.strip()
+
+
+@pytest.fixture
+def no_sandbox(monkeypatch):
+    """Pretend no sandbox works here (bwrap missing)."""
+    monkeypatch.setattr(sandbox, "available", lambda: (False, "bwrap not installed"))
+
+
+# ---- what a sandboxed command cannot touch -----------------------------------------------------
+
+
+@needs_bwrap
+def test_home_and_etc_are_read_only(ctx, tmp_path, monkeypatch):
+    home = tmp_path / "home"  # a real folder outside the repo, standing in for ~
+    home.mkdir()
+    (home / ".bashrc").write_text("# mine\n")
+    monkeypatch.setenv("HOME", str(home))
+    marker, hosts = f"/etc/spec-agent-{uuid.uuid4().hex}", Path("/etc/hosts").read_bytes()
+    r = sh(ctx, f'echo evil >> "$HOME/.bashrc"; touch "$HOME/.profile"; touch {marker}; echo x >> /etc/hosts')
+    assert not r.ok and "Read-only file system" in r.output
+    assert (home / ".bashrc").read_text() == "# mine\n" and not (home / ".profile").exists()
+    assert not Path(marker).exists() and Path("/etc/hosts").read_bytes() == hosts
+
+
+@needs_bwrap
+def test_symlink_out_of_the_repo_does_not_help(ctx, tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".bashrc").write_text("# mine\n")
+    monkeypatch.setenv("HOME", str(home))
+    r = sh(ctx, 'ln -s "$HOME/.bashrc" rc && echo evil >> rc')
+    assert not r.ok and (home / ".bashrc").read_text() == "# mine\n"
+
+
+@needs_bwrap
+def test_writing_inside_the_repo_works(ctx):
+    r = sh(ctx, "mkdir -p sub && echo made > sub/new.txt && cat sub/new.txt && pwd")
+    assert r.ok and "made" in r.output and str(ctx.root.resolve()) in r.output
+    assert (ctx.root / "sub/new.txt").read_text() == "made\n"
+
+
+@needs_bwrap
+def test_tmp_is_private(ctx):
+    name = f"/tmp/spec-agent-{uuid.uuid4().hex}"
+    r = sh(ctx, f"echo inside > {name} && cat {name} && echo $TMPDIR")
+    assert r.ok and "inside" in r.output and "/tmp" in r.output
+    assert not Path(name).exists()
+
+
+# ---- git data ---------------------------------------------------------------------------------
+
+
+@needs_bwrap
+def test_git_folder_is_read_only(ctx):
+    head = (ctx.root / ".git/HEAD").read_text()
+    for command in ("rm -rf .git", "echo 'ref: refs/heads/evil' > .git/HEAD", "mv .git .git-old",
+                    "printf '#!/bin/sh\\necho pwned\\n' > .git/hooks/pre-commit"):
+        assert not sh(ctx, command).ok, command
+    assert (ctx.root / ".git/HEAD").read_text() == head
+    assert not (ctx.root / ".git/hooks/pre-commit").exists() and not (ctx.root / ".git-old").exists()
+    r = sh(ctx, "git log --oneline | head -1 && git status --short")  # reading git still works
+    assert r.ok and r.output.count("\n") >= 2
+
+
+@needs_bwrap
+def test_git_file_and_separate_git_dir_are_read_only(tmp_path):
+    root, meta = tmp_path / "wt", tmp_path / "meta"
+    root.mkdir()
+    subprocess.run(["git", "init", "-q", "--separate-git-dir", str(meta), str(root)], check=True)
+    pointer = (root / ".git").read_text()
+    ctx = ToolContext(root, shell_timeout_s=10, in_git=True)
+    assert not sh(ctx, "echo 'gitdir: planted' > .git").ok  # a rewritten pointer → planted hooks
+    assert not sh(ctx, f"touch {meta}/hooks/post-checkout").ok
+    assert (root / ".git").read_text() == pointer and not (meta / "hooks/post-checkout").exists()
+    assert sh(ctx, "echo ok > file.txt").ok
+
+
+# ---- processes and time -----------------------------------------------------------------------
+
+
+@needs_bwrap
+def test_background_children_are_gone_when_the_call_returns(ctx):
+    marker = f"{int(uuid.uuid4().int % 10**6) + 1000}.{os.getpid()}"
+    r = sh(ctx, f"(sleep {marker}1 &); setsid sleep {marker}2 & nohup sleep {marker}3 >/dev/null 2>&1 & echo started")
+    assert r.ok and "started" in r.output
+    time.sleep(0.1)
+    assert alive(f"sleep {marker}") == ""
+
+
+@needs_bwrap
+def test_timeout_kills_the_whole_sandbox(ctx):
+    marker = f"{int(uuid.uuid4().int % 10**6) + 1000}.{os.getpid()}"
+    t = time.monotonic()
+    r = sh(ctx, f"sleep {marker}1 & setsid sleep {marker}2 & sleep 60; echo never", timeout_s=1)
+    assert not r.ok and "timed out after 1s" in r.output and "never" not in r.output
+    assert time.monotonic() - t < 5
+    time.sleep(0.2)
+    assert alive(f"sleep {marker}") == ""
+
+
+# ---- network ----------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def listener():
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(4)
+    yield srv.getsockname()[1]
+    srv.close()
+
+
+def _connect(port: int) -> str:
+    return f"{sys.executable} -c \"import socket; socket.create_connection(('127.0.0.1', {port}), 2); print('connected')\""
+
+
+@needs_bwrap
+def test_network_is_cut_by_default(ctx, listener):
+    r = sh(ctx, _connect(listener))
+    assert not r.ok and "connected" not in r.output.replace("Connection", "")
+
+
+@needs_bwrap
+def test_network_allowed_when_asked(git_repo, listener):
+    ctx = ToolContext(git_repo, shell_timeout_s=10, in_git=True, allow_network=True)
+    r = sh(ctx, _connect(listener))
+    assert r.ok and "connected" in r.output
+
+
+# ---- without a sandbox --------------------------------------------------------------------------
+
+
+def test_no_sandbox_means_the_command_is_refused(ctx, no_sandbox):
+    r = sh(ctx, "touch ran.txt")
+    assert not r.ok and "no sandbox available (bwrap not installed)" in r.output
+    assert not (ctx.root / "ran.txt").exists()
+
+
+def test_sandbox_off_runs_unsandboxed(git_repo, tmp_path, no_sandbox):
+    outside = tmp_path / "outside.txt"
+    ctx = ToolContext(git_repo, shell_timeout_s=10, sandbox="off")
+    assert sh(ctx, f"echo bare > {outside}").ok and outside.read_text() == "bare\n"
+
+
+def test_full_auto_asks_without_a_sandbox(no_sandbox, git_repo):
+    d = decide("full-auto", "shell", "run_shell", {"command": "ls"}, git_repo)
+    assert d.ask and d.reason == "no sandbox available (bwrap not installed): shell commands need approval"
+    assert not decide("full-auto", "edit", "write_file", {"path": "a"}, git_repo).ask
+    assert decide("auto-edit", "shell", "run_shell", {"command": "ls"}, git_repo).ask
+
+
+def test_full_auto_runs_sandboxed_commands_without_asking(monkeypatch, git_repo):
+    monkeypatch.setattr(sandbox, "available", lambda: (True, "bwrap"))
+    assert not decide("full-auto", "shell", "run_shell", {"command": "ls"}, git_repo).ask
+    assert decide("full-auto", "shell", "run_shell", {"command": "rm -rf ~"}, git_repo).ask  # denylist stays
+
+
+def test_resolve_falls_back_to_off_with_a_warning(no_sandbox):
+    assert sandbox.resolve("off") == ("off", "")
+    mode, why = sandbox.resolve("auto")
+    assert mode == "off" and "no sandbox available (bwrap not installed)" in why and "approval" in why
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="probes bwrap")
+def test_probe_reports_why(monkeypatch):
+    monkeypatch.setattr(sandbox, "_bwrap", lambda: None)
+    sandbox.forget()
+    try:
+        assert sandbox.available() == (False, "bwrap not installed: install the bubblewrap package")
+        sandbox.forget()
+        monkeypatch.setattr(sandbox, "_bwrap", lambda: "/bin/false")  # installed, but refused here
+        ok, why = sandbox.available()
+        assert not ok and why.startswith("bwrap does not work here")
+    finally:
+        sandbox.forget()
+
+
+# ---- argv and profiles ----------------------------------------------------------------------------
+
+
+def test_bwrap_argv_protects_git_after_binding_the_repo(git_repo):
+    argv = sandbox.wrap(["/bin/sh", "-c", "true"], git_repo, exe="bwrap")
+    root, dotgit = str(git_repo.resolve()), str((git_repo / ".git").resolve())
+    assert argv.index("--bind") < argv.index("--ro-bind", 2) and argv[argv.index("--ro-bind", 2) + 1] == dotgit
+    assert argv[argv.index("--bind") + 1] == root and "--unshare-net" in argv and "--unshare-pid" in argv
+    assert argv[-4:] == ["--", "/bin/sh", "-c", "true"] and argv[argv.index("--chdir") + 1] == root
+    assert "--unshare-net" not in sandbox.wrap(["true"], git_repo, allow_network=True, exe="bwrap")
+    assert dotgit not in sandbox.wrap(["true"], git_repo, git_writable=True, exe="bwrap")
+
+
+def test_seatbelt_profile(git_repo, monkeypatch):
+    monkeypatch.setattr(sys, "platform", "darwin")
+    argv = sandbox.wrap(["/bin/sh", "-c", "true"], git_repo)
+    assert argv[0] == "/usr/bin/sandbox-exec" and argv[1] == "-p"
+    profile = argv[2]
+    assert "(deny file-write* (require-not" in profile and '(subpath (param "ROOT"))' in profile
+    assert "(allow file-write" not in profile  # denies only: no reliance on rule order
+    assert '(deny file-write* (subpath (param "GIT0")))' in profile and "(deny network*)" in profile
+    assert f"ROOT={git_repo.resolve()}" in argv and f"GIT0={(git_repo / '.git').resolve()}" in argv
+    assert "(deny network*)" not in sandbox.wrap(["true"], git_repo, allow_network=True)[2]
+
+
+# ---- configuration ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("line", ['sandbox = "off"', "allow_network = true"])
+def test_repo_specrc_cannot_turn_the_sandbox_off(tmp_path, monkeypatch, line):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    (tmp_path / ".specrc").write_text(line + "\n")
+    with pytest.raises(ConfigError, match="may not be set by a repository's .specrc"):
+        load_config(tmp_path)
+    monkeypatch.setenv("SPEC_AGENT_SANDBOX", "sometimes")
+    (tmp_path / ".specrc").unlink()
+    with pytest.raises(ConfigError, match="'sandbox' must be one of"):
+        load_config(tmp_path)
