@@ -253,3 +253,22 @@ def test_repo_specrc_cannot_turn_the_sandbox_off(tmp_path, monkeypatch, line):
     (tmp_path / ".specrc").unlink()
     with pytest.raises(ConfigError, match="'sandbox' must be one of"):
         load_config(tmp_path)
+
+
+@needs_bwrap
+def test_openblas_preload_of_the_cli_does_not_reach_the_sandbox(ctx, monkeypatch):
+    """The CLI re-executes itself with OpenBLAS in LD_PRELOAD; preloaded into bwrap, that
+    library makes it hang at start, so commands must be started without it."""
+    import glob
+
+    libs = glob.glob("/usr/lib/*-linux-gnu/libopenblas.so.0") + glob.glob("/usr/lib/*-linux-gnu/openblas-pthread/libopenblas.so.0")
+    if not libs:
+        pytest.skip("OpenBLAS not installed")
+    monkeypatch.setenv("LD_PRELOAD", libs[0])
+    sandbox.forget()
+    try:
+        assert sandbox.available()[0]
+        r = call_tool("run_shell", {"command": "echo ${LD_PRELOAD:-none}", "timeout_s": 20}, ctx)
+        assert r.ok and "none" in r.output, r.output
+    finally:
+        sandbox.forget()

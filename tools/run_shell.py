@@ -68,7 +68,7 @@ def run_shell(ctx: ToolContext, command: str, timeout_s: float | None = None) ->
     try:
         proc = subprocess.Popen(
             argv, cwd=ctx.root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True,
+            stderr=subprocess.STDOUT, start_new_session=True, env=sandbox.child_env(),
         )
     except OSError as e:
         return ToolResult.error(f"could not start the command: {e}")

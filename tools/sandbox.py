@@ -34,6 +34,18 @@ def _bwrap() -> str | None:
 _probed: tuple[bool, str] | None = None
 
 
+def child_env() -> dict[str, str]:
+    """The environment for commands we start: ours without the OpenBLAS preload the CLI adds
+    to itself (a multi-threaded library preloaded into bwrap makes it hang at start, and the
+    user's commands should not get it either)."""
+    env = dict(os.environ)
+    kept = [p for p in env.pop("LD_PRELOAD", "").split(":") if p and "libopenblas" not in p]
+    if kept:
+        env["LD_PRELOAD"] = ":".join(kept)
+    env.pop("SPEC_AGENT_BLAS_REEXEC", None)
+    return env
+
+
 def available() -> tuple[bool, str]:
     """(True, what) when commands can be sandboxed here, else (False, why not). A definite
     answer is cached; a probe that timed out (a loaded machine) is tried again next time."""
@@ -69,7 +81,7 @@ def _probe() -> tuple[tuple[bool, str], bool]:
         return (False, f"no sandbox implemented for {sys.platform}"), True
     try:
         r = subprocess.run(probe, stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                           timeout=_PROBE_TIMEOUT_S, check=False)
+                           timeout=_PROBE_TIMEOUT_S, check=False, env=child_env())
     except subprocess.TimeoutExpired:
         return (False, f"{what} did not start within {_PROBE_TIMEOUT_S:g} s"), False
     except OSError as e:
