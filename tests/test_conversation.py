@@ -216,3 +216,12 @@ def test_conversation_is_saved_from_its_first_message_and_resumes(git_repo, tmp_
     list(resumed.send("again"))
     assert store.load(conv.id)[-2:] == [{"role": "user", "content": "again"},
                                         {"role": "assistant", "content": "Three."}]
+
+
+def test_commit_names_the_summary_not_the_attached_files(git_repo):
+    from scripted import git
+
+    conv = conversation(git_repo, ScriptedModel([EDIT, "ok"]))
+    list(conv.send("swap it\n\nAttached files:\n<file path=\"calc.py\">...</file>", summary="swap it"))
+    subject = git(git_repo, "log", "-1", "--format=%s").strip()
+    assert subject == "spec-agent: swap it"

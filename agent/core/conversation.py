@@ -139,10 +139,12 @@ class Conversation:
 
     # ---- one user message ------------------------------------------------------------------
 
-    def send(self, text: str, cancel: CancelToken | None = None) -> Iterator[Event]:
+    def send(self, text: str, cancel: CancelToken | None = None, summary: str = "") -> Iterator[Event]:
         """Run the user's `text` to an answer, `max_turns`, an approval stop, an error or a
-        cancel; the last two events are `RunStopped` and `AgentResult`."""
-        run = _Run(text, cancel or CancelToken())
+        cancel; the last two events are `RunStopped` and `AgentResult`. `summary` (default:
+        `text`) is what the agent's commits name as the task, e.g. the message without the
+        files attached to it."""
+        run = _Run(summary or text, cancel or CancelToken())
         if self.git.warning and not self._warned:
             self._warned = True
             yield Warning(self.git.warning)
