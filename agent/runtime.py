@@ -100,6 +100,7 @@ class Runtime:
         self.session: Any = None
         self.model = model
         self.draft: Any = None  # the loaded draft model, kept across speculator rebuilds
+        self.store: Any = None  # the PrefixStore, kept across model reloads
         self.conversation: Any = None
 
     # ---- engine ---------------------------------------------------------------------------
@@ -113,7 +114,12 @@ class Runtime:
         cfg = self.cfg
         target = load_model(cfg.model, device=cfg.device)
         self.draft = load_model(cfg.draft_model, device=cfg.device) if cfg.draft_model else None
-        self.session = Session(target, speculator=make_speculator(cfg, target, self.draft, self.warn))
+        if self.store is None:
+            from .engine.prefix_store import PrefixStore
+
+            self.store = PrefixStore.from_config(cfg, self.warn)
+        self.session = Session(target, speculator=make_speculator(cfg, target, self.draft, self.warn),
+                               store=self.store, kv_bits=cfg.kv_bits)
         self.model = LocalModel(self.session, sampling_params(cfg), cfg.max_tokens, self.ctx,
                                 constrain=cfg.constrained_calls, tool_choice=cfg.tool_choice)
         if self.conversation is not None:  # resumed before the models were loaded

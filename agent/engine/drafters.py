@@ -56,8 +56,14 @@ class DraftModel:
         self.vocab_limit = vocab_limit or lm.vocab_size
 
     def rewind_to(self, n: int) -> None:
-        self.cache.rewind_to(n)
+        # min with len(fed): a round interrupted inside `propose` fed the cache beyond `fed`.
+        self.cache.rewind_to(min(n, len(self.fed)))
         del self.fed[self.cache.offset :]
+
+    def adopt(self, cache: list, tokens: Sequence[int]) -> None:
+        """Continue from `cache`, the KV of `tokens` (e.g. from a PrefixStore), if it fits."""
+        if self.cache.adopt(cache, len(tokens)):
+            self.fed = list(tokens)
 
     def _sync(self, history: Sequence[int]) -> list[int]:
         """Rewind to the common prefix with `history`; return the tokens still to feed."""

@@ -5,6 +5,9 @@ every token it has seen; a later call whose prompt shares a prefix with that his
 only the new tokens. The session alone trims or resets its caches, and it restores their
 consistency in `finally` (a closed generator or Ctrl-C leaves no half-fed cache behind).
 Decoding is plain here; speculative decoding plugs in through `Session.speculator`.
+With a `PrefixStore` (prefix_store.py) the session starts a turn from the store's longest
+prefix when that beats its own cache (target and draft model alike), and at the end of a
+turn hands the store its consistent caches and, once, the system prompt's prefix.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ import mlx.core as mx
 
 from ..cancel import CancelToken
 from ..events import DecodeProgress, Event, GenerationStats, PrefillProgress, TextDelta
+from .drafters import DraftModel
 from .errors import SpecAgentError
 from .loading import LoadedModel
 from .sampling import SamplingParams
@@ -48,14 +52,29 @@ def _find_stop(before: str, seg: str, stops: Sequence[str]) -> int | None:
     return best
 
 
+KV_GROUP_SIZE = 64  # quantized KV caches (kv_bits): values per scale, along the head dimension
+
+
+def make_cache(model, kv_bits: int = 0) -> list:
+    """mlx-lm's prompt cache for `model`; with `kv_bits`, a `QuantizedKVCache` per layer."""
+    from mlx_lm.models.cache import KVCache, make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    if not kv_bits:
+        return cache
+    if not all(type(c) is KVCache for c in cache):
+        raise ValueError("kv_bits needs a model whose every layer has a plain KV cache")
+    return [c.to_quantized(group_size=KV_GROUP_SIZE, bits=kv_bits) for c in cache]
+
+
 class ModelCache:
     """One model's KV cache and how many history tokens it holds."""
 
-    def __init__(self, lm: LoadedModel):
-        from mlx_lm.models.cache import can_trim_prompt_cache, make_prompt_cache
+    def __init__(self, lm: LoadedModel, kv_bits: int = 0):
+        from mlx_lm.models.cache import can_trim_prompt_cache
 
-        self.lm = lm
-        self.cache = make_prompt_cache(lm.model)
+        self.lm, self.kv_bits = lm, kv_bits
+        self.cache = make_cache(lm.model, kv_bits)
         self.trimmable = can_trim_prompt_cache(self.cache)
 
     @property
@@ -65,24 +84,39 @@ class ModelCache:
     def rewind_to(self, n: int) -> None:
         """Keep only the first `n` tokens, or start empty when the cache cannot trim that far
         (recurrent layers; a sliding window that has wrapped trims nothing)."""
-        from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+        from mlx_lm.models.cache import trim_prompt_cache
 
-        if len({c.offset for c in self.cache}) > 1:  # interrupted inside a forward pass
-            self.cache = make_prompt_cache(self.lm.model)
+        if not self.consistent():  # interrupted inside a forward pass
+            self.cache = make_cache(self.lm.model, self.kv_bits)
             return
         excess = self.offset - n
         if excess <= 0:
             return
         if self.trimmable and trim_prompt_cache(self.cache, excess) == excess and self.offset == n:
             return
-        self.cache = make_prompt_cache(self.lm.model)
+        self.cache = make_cache(self.lm.model, self.kv_bits)
+
+    def consistent(self) -> bool:
+        """Do all layers hold the same number of tokens?"""
+        return len({c.offset for c in self.cache}) == 1
+
+    def adopt(self, cache: list, n: int) -> bool:
+        """Continue from `cache` (holding `n` tokens, e.g. from a PrefixStore) if it has this
+        cache's layout: layer count, cache classes, quantization."""
+        same = len(cache) == len(self.cache) and all(
+            type(a) is type(b) and getattr(a, "bits", 0) == getattr(b, "bits", 0)
+            for a, b in zip(cache, self.cache))
+        if same and all(c.offset == n for c in cache):
+            self.cache = cache
+            return True
+        return False
 
     @property
     def rewindable(self) -> bool:
         """Can this cache always drop its last tokens? Speculation needs that every round."""
-        from mlx_lm.models.cache import KVCache
+        from mlx_lm.models.cache import KVCache, QuantizedKVCache
 
-        return self.trimmable and all(type(c) is KVCache for c in self.cache)
+        return self.trimmable and all(type(c) in (KVCache, QuantizedKVCache) for c in self.cache)
 
 
 PROGRESS_EVERY_S = 0.2  # DecodeProgress at most this often (5 Hz)
@@ -111,15 +145,18 @@ class _Tally:
 class Session:
     """Per-conversation engine state. Not thread-safe: one generation at a time."""
 
-    def __init__(self, target: LoadedModel, prefill_chunk: int = 0, speculator: Any = None):
+    def __init__(self, target: LoadedModel, prefill_chunk: int = 0, speculator: Any = None,
+                 store: Any = None, kv_bits: int = 0):
         self.target = target
         self.tokenizer = target.tokenizer
         # Cancels are checked between chunks: on the CPU a 512-token chunk takes seconds, and
         # 128-token chunks prefill as fast there; a GPU wants bigger chunks.
         self.prefill_chunk = prefill_chunk or (128 if target.device == "cpu" else 512)
         self.tokens: list[int] = []  # full history: prompts and generated tokens
-        self.tcache = ModelCache(target)
+        self.tcache = ModelCache(target, kv_bits)
         self.speculator = speculator  # set by the speculative layer (see speculative.py)
+        self.store = store  # a PrefixStore shared with other sessions and processes, or None
+        self._pinned: set[tuple[int, ...]] = set()  # system prefixes handed to the store
         self.context_limit = int(getattr(target.model.args, "max_position_embeddings", 0) or 0)
 
     # ---- chat helpers -------------------------------------------------------------------
@@ -130,14 +167,66 @@ class Session:
     # ---- generation ---------------------------------------------------------------------
 
     def _reuse_prefix(self, prompt: Sequence[int]) -> int:
-        """Rewind caches to the longest reusable prefix; returns how many prompt tokens it has."""
+        """Rewind caches to the longest reusable prefix, or take a longer one from the store;
+        returns how many prompt tokens the target cache has."""
         keep = min(common_prefix(self.tokens, prompt), len(prompt) - 1, self.tcache.offset)
         self.tcache.rewind_to(keep)
         keep = self.tcache.offset  # 0 when the cache could not trim
+        if self.store is not None:
+            cache, n = self.store.fetch_nearest(self._key(self.tcache), prompt[:-1], keep)
+            if cache is not None and self.tcache.adopt(cache, n):
+                keep = n
         if self.speculator is not None:
-            self.speculator.rewind_to(keep)
+            self.speculator.rewind_to(keep)  # the drafter re-syncs with the new history itself
+            self._draft_from_store(prompt)
         self.tokens = list(prompt)
         return keep
+
+    # ---- prefix store -------------------------------------------------------------------
+
+    def _key(self, mc: ModelCache) -> str:
+        return self.store.key_for(mc.lm, mc.kv_bits)
+
+    def _draft_model(self) -> DraftModel | None:
+        drafter = getattr(self.speculator, "drafter", None)
+        drafter = getattr(drafter, "model", drafter)  # Combined keeps its DraftModel in .model
+        return drafter if isinstance(drafter, DraftModel) else None
+
+    def _draft_from_store(self, prompt: Sequence[int]) -> None:
+        """Give the draft model the store's prefix when it beats the draft's own cache."""
+        dm = self._draft_model()
+        if dm is None or self.store is None:
+            return
+        have = min(common_prefix(dm.fed, prompt[:-1]), dm.cache.offset)
+        cache, n = self.store.fetch_nearest(self._key(dm.cache), prompt[:-1], have)
+        if cache is not None:
+            dm.adopt(cache, prompt[:n])
+
+    def _system_end(self, prompt: Sequence[int]) -> int:
+        """Length of the first message (the system prompt in chat templates): up to and
+        including the first end-of-message token; 0 when there is none before the last one."""
+        eos = self.target.eos_ids
+        end = next((i + 1 for i, t in enumerate(prompt[:-1]) if t in eos), 0)
+        return end if end >= 8 else 0
+
+    def _remember(self, prompt: Sequence[int]) -> None:
+        """Hand the store every cache whose tokens are known (after `_reconcile`): the target's
+        history prefix, the system prompt's prefix once, the draft model's fed tokens."""
+        if self.store is None:
+            return
+        n = self.tcache.offset
+        if self.tcache.consistent() and 0 < n <= len(self.tokens):
+            key = self._key(self.tcache)
+            sys_n = self._system_end(prompt)
+            if 0 < sys_n <= n and tuple(prompt[:sys_n]) not in self._pinned:
+                self._pinned.add(tuple(prompt[:sys_n]))
+                self.store.insert(key, prompt[:sys_n], self.tcache.cache, kind="system")
+            self.store.insert(key, self.tokens[:n], self.tcache.cache)
+        dm = self._draft_model()
+        if dm is not None and dm.cache.consistent() and len(dm.fed) == dm.cache.offset:
+            m = common_prefix(dm.fed, self.tokens)  # drafts the target rejected are not history
+            if m:
+                self.store.insert(self._key(dm.cache), self.tokens[:m], dm.cache.cache)
 
     def _reconcile(self) -> None:
         """Make every cache a prefix of `self.tokens` again (after a stop or an interrupt)."""
@@ -223,6 +312,7 @@ class Session:
                 yield TextDelta(detok.last_segment, (), (), ())
         finally:
             self._reconcile()
+            self._remember(prompt)
         yield self._stats(prompt, cached, tally, finish)
 
     def _progress(self, tally: _Tally) -> DecodeProgress | None:
