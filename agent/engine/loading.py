@@ -3,8 +3,9 @@
 A reference is the embedded default (`None`, "default" or its store name), a `.gguf` file
 (our llama-family loader), a local MLX/HF model folder or a Hub id (`mlx_lm.load`).
 Device policy: on the CPU, quantized and half-precision weights become dense f32 so that the
-matrix products of a verify pass go through (Open)BLAS (FACTS §1); on Metal/CUDA they stay as
-they are.
+matrix products of a verify pass go through (Open)BLAS, and the model's attention
+goes through `agent.engine.attention` (long query blocks computed with numpy); on Metal/CUDA
+they stay as they are.
 """
 
 from __future__ import annotations
@@ -151,4 +152,8 @@ def load_model(ref: str | None = None, device: str = "auto", dense: bool | None 
         if dense:
             densify_f32(model)
         name = Path(str(where)).name
+    if device == "cpu":
+        from .attention import install
+
+        install(model)  # prefill attention in numpy: MLX's Linux CPU exp has no SIMD
     return LoadedModel(model, tokenizer, name, kind, _describe_dtype(model), device)
