@@ -1,8 +1,8 @@
 """Attention for long prompts on the CPU: exact softmax attention computed with numpy.
 
 MLX's Linux CPU backend evaluates `exp` one float at a time (no SIMD), so the softmax of
-`mx.fast.scaled_dot_product_attention` dominates prefill: ~1.1 s per layer at 2,048 tokens
-(FACTS §1b). numpy's `exp` is vectorised (~30x faster here). This module takes a prefill-sized
+`mx.fast.scaled_dot_product_attention` dominates prefill: ~1.1 s per layer at 2,048 tokens;
+numpy's `exp` is vectorised (~30x faster here). This module takes a prefill-sized
 query block out of MLX (zero-copy views of evaluated arrays), computes the attention in
 numpy, one (KV head, query block) at a time so that a score block stays a few MB, and hands the
 result back as an MLX array. Each task runs single-threaded BLAS on its own worker thread: a

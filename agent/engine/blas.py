@@ -2,11 +2,11 @@
 
 The Linux `mlx-cpu` wheel links the reference (netlib) BLAS, which does not block matrix
 products: verifying 8 tokens costs ~8 single steps and speculation cannot win. Debian's
-OpenBLAS, preloaded before the process starts, takes over those cblas symbols (FACTS §1).
+OpenBLAS, preloaded before the process starts, takes over those cblas symbols.
 LD_PRELOAD only works at exec time, so the CLI re-executes itself once. Imports nothing heavy.
 
 Debian's OpenBLAS 0.3.21 does not recognise recent Xeons and falls back to its generic
-"Prescott" kernels, ~5x slower for prefill-sized products than "SkylakeX" (FACTS §1b). So the
+"Prescott" kernels, ~5x slower for prefill-sized products than "SkylakeX". So the
 re-exec also sets `OPENBLAS_CORETYPE` from the CPU's flags, unless the user set it, and only
 after a one-off check (a subprocess, its verdict cached under the store) that a matrix product
 through MLX with that kernel set matches a float64 reference.
