@@ -63,16 +63,6 @@ def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None]
     return Speculator(drafter, policy)
 
 
-def open_session(cfg: Config, warn: Callable[[str], None] | None = None):
-    """Load the target (and draft) models and return a fresh `Session`."""
-    from .engine.loading import load_model
-    from .engine.session import Session
-
-    target = load_model(cfg.model, device=cfg.device)
-    draft = load_model(cfg.draft_model, device=cfg.device) if cfg.draft_model else None
-    return Session(target, speculator=make_speculator(cfg, target, draft, warn))
-
-
 # Settings a UI may change between messages, and what changing them needs.
 LIVE_KEYS = {"model": "reload", "draft_model": "reload", "num_draft_tokens": "speculator",
              "speculation": "speculator", "drafter": "speculator", "approval_mode": "conversation",
