@@ -205,15 +205,37 @@ def _writes_outside(name: str, args: list[str], cwd: Path, root: Path) -> str:
     return ""
 
 
+def _without_prefixes(words: list[str]) -> list[str]:
+    """`env X=1 nohup rm ...` → `rm ...`: the words of the program that really runs."""
+    while words and (words[0] in _PREFIXES or re.fullmatch(r"\w+=.*", words[0])
+                     or (words[0].startswith("-") and len(words) > 1)):
+        words = words[1:]
+    return words
+
+
+def programs(command: str) -> list[str] | None:
+    """The program each simple command of `command` runs (`$(...)` and backticks included),
+    in order without repeats; None when one cannot be known from the text (a variable, a
+    shell or `eval` running a string)."""
+    out: list[str] = []
+    for argv in _simple_commands(_words(command)):
+        words = _without_prefixes(_split_redirects(argv)[0])
+        if not words:
+            continue
+        name = os.path.basename(words[0])
+        if "$" in words[0] or name in ("sh", "bash", "zsh", "dash", "ksh", "eval"):
+            return None
+        out.append(name)
+    return list(dict.fromkeys(out)) or None
+
+
 def _command_why(argv: list[str], cwd: Path, root: Path) -> str:
     """Why one simple command is destructive, or ''."""
     words, redirects = _split_redirects(argv)
     for t in redirects:
         if _outside(t, cwd, root):
             return f"writes outside the repo ({t})"
-    while words and (words[0] in _PREFIXES or re.fullmatch(r"\w+=.*", words[0])
-                     or (words[0].startswith("-") and len(words) > 1)):
-        words = words[1:]  # `env X=1 nohup rm ...` judges the rm
+    words = _without_prefixes(words)
     if not words:
         return ""
     name, args = os.path.basename(words[0]), words[1:]

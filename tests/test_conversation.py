@@ -225,3 +225,31 @@ def test_commit_names_the_summary_not_the_attached_files(git_repo):
     list(conv.send("swap it\n\nAttached files:\n<file path=\"calc.py\">...</file>", summary="swap it"))
     subject = git(git_repo, "log", "-1", "--format=%s").strip()
     assert subject == "spec-agent: swap it"
+
+
+def test_always_for_a_program_does_not_cover_a_compound_command(git_repo):
+    """"always" for `ls` approves later `ls` commands (prefixes and variables aside), never a
+    command that also runs something else."""
+    asked = []
+
+    def approver(req):
+        asked.append(req.arguments["command"])
+        return "always" if req.arguments["command"] == "ls" else "no"
+
+    turns = [call("run_shell", command="ls"), call("run_shell", command="FOO=1 ls -la"),
+             call("run_shell", command="ls && touch x.txt"), call("run_shell", command="echo $(touch y.txt)"),
+             call("run_shell", command="$CMD"), "ok"]
+    conv = conversation(git_repo, ScriptedModel(turns), Config(approval_mode="suggest"), approver)
+    list(conv.send("look around"))
+    assert asked == ["ls", "ls && touch x.txt", "echo $(touch y.txt)", "$CMD"]
+    assert not (git_repo / "x.txt").exists() and not (git_repo / "y.txt").exists()
+
+
+def test_scopes_name_every_program():
+    from agent.core.preview import describe_scope, scope_of, scope_keys
+
+    scope = scope_of("shell", {"command": "env X=1 nohup pytest -q | tail -3"})
+    assert scope == "shell:pytest,tail" and scope_keys(scope) == ["shell:pytest", "shell:tail"]
+    assert describe_scope(scope) == "`pytest`, `tail` commands"
+    assert scope_of("shell", {"command": "bash -c 'anything'"}) == ""  # unknowable: no "always"
+    assert scope_of("edit", {"path": "x"}) == "edits"

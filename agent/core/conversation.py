@@ -28,7 +28,7 @@ from ..events import (AgentResult, ApprovalRequest, ApprovalRequired, AssistantM
                       ToolCallStarted, TurnStarted, TurnStats, Warning)
 from ..git import GitGuard, GitSafetyError
 from .callformat import ParsedCall, format_result, parse_calls, strip_calls
-from .preview import approval_request
+from .preview import approval_request, scope_keys
 from .prompt import system_prompt
 
 
@@ -223,14 +223,15 @@ class Conversation:
         if not decision.ask:
             return True, ""
         request = approval_request(call_id, call.name, kind, call.arguments, decision.reason, self.root)
-        if request.can_always and request.scope in self.always:
+        keys = scope_keys(request.scope)
+        if request.can_always and all(k in self.always for k in keys):
             return True, ""
         if self.approver is None:
             yield ApprovalRequired(call_id, call.name, decision.reason)
             return False, _approval_hint(decision.reason)
         answer = self.approver(request)
         if answer == "always" and request.can_always:
-            self.always.add(request.scope)
+            self.always.update(keys)
         return answer in ("yes", "always"), ""
 
     def _one_call(self, call_id: str, call: ParsedCall) -> Iterator[Event]:

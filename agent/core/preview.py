@@ -3,18 +3,17 @@
 `approval_request` builds the `ApprovalRequest` an interactive approver shows: for
 `edit_file` and `write_file` the unified diff computed from the file as it is now (nothing is
 written), for `run_shell` the command and the directory it runs in. Also decides what
-"always" covers: all edits, or shell commands with the same program name; destructive
-commands are never covered by "always".
+"always" covers: all edits, or the programs a command runs (a later command is covered only
+when every program it runs was approved so); destructive commands are never covered.
 """
 
 from __future__ import annotations
 
 import difflib
-import os
-import shlex
 from pathlib import Path
 from typing import Any
 
+from ..approvals import programs
 from ..events import ApprovalRequest
 
 
@@ -48,30 +47,26 @@ def edit_preview(root: Path, name: str, arguments: dict[str, Any]) -> str:
     return _diff(old, new, path) or f"(no change to {path})"
 
 
-def program(command: str) -> str:
-    """The first program a command runs (`pytest` for `FOO=1 pytest -q`), '' if unknown."""
-    try:
-        words = shlex.split(command)
-    except ValueError:
-        words = command.split()
-    for w in words:
-        if "=" in w and not w.startswith("=") and w.split("=", 1)[0].isidentifier():
-            continue
-        return os.path.basename(w)
-    return ""
-
-
-def scope_of(kind: str, name: str, arguments: dict[str, Any]) -> str:
-    """The key "always" stores: every edit, or shell commands of one program."""
+def scope_of(kind: str, arguments: dict[str, Any]) -> str:
+    """What "always" would approve: every edit, or the programs this command runs (all of
+    them: "always" for `ls` must not cover `ls && rm x`); '' when that cannot be known."""
     if kind == "edit":
         return "edits"
-    return f"shell:{program(str(arguments.get('command', '')))}"
+    progs = programs(str(arguments.get("command", "")))
+    return "shell:" + ",".join(progs) if progs else ""
+
+
+def scope_keys(scope: str) -> list[str]:
+    """The approvals a scope is made of: ["edits"], or one "shell:<program>" per program."""
+    if not scope.startswith("shell:"):
+        return [scope] if scope else []
+    return [f"shell:{p}" for p in scope[len("shell:"):].split(",")]
 
 
 def describe_scope(scope: str) -> str:
     if scope == "edits":
         return "all file edits"
-    return f"`{scope.split(':', 1)[1]}` commands"
+    return ", ".join(f"`{k.split(':', 1)[1]}`" for k in scope_keys(scope)) + " commands"
 
 
 def approval_request(call_id: str, name: str, kind: str, arguments: dict[str, Any], reason: str,
@@ -80,6 +75,7 @@ def approval_request(call_id: str, name: str, kind: str, arguments: dict[str, An
         preview = edit_preview(root, name, arguments)
     else:
         preview = f"$ {arguments.get('command', '')}\n(in {root})"
+    scope = scope_of(kind, arguments)
     destructive = reason.startswith("destructive")
-    return ApprovalRequest(call_id, name, dict(arguments), reason, kind, preview,
-                           scope_of(kind, name, arguments), can_always=not destructive)
+    return ApprovalRequest(call_id, name, dict(arguments), reason, kind, preview, scope,
+                           can_always=bool(scope) and not destructive)
