@@ -107,3 +107,18 @@ def plain_dir(tmp_path) -> Path:
 
 def full_auto(**over) -> Config:
     return Config(approval_mode="full-auto", **over)
+
+
+def tmux_cli() -> Path:
+    """The installed `spec-agent` for a test that drives it in tmux; skips (saying why) when
+    tmux or the embedded model is missing."""
+    import shutil
+    import sys
+
+    from agent import store
+
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed")
+    if not store.is_present():
+        pytest.skip(f"embedded model not pulled (run: {store.PULL_HINT})")
+    return Path(sys.executable).parent / "spec-agent"

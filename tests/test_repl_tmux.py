@@ -10,14 +10,11 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from scripted import SAMPLE, make_repo
+from scripted import SAMPLE, make_repo, tmux_cli
 
 from agent import store
 
@@ -67,11 +64,7 @@ def asking(pane: str) -> bool:
 
 @pytest.mark.embedded
 def test_plain_repl_in_tmux_shows_a_live_meter(tmp_path):
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed")
-    if not store.is_present():
-        pytest.skip(f"embedded model not pulled (run: {store.PULL_HINT})")
-    cli = Path(sys.executable).parent / "spec-agent"
+    cli = tmux_cli()
     repo = make_repo(tmp_path / "repo", SAMPLE)
     exit_file = tmp_path / "exit"
     q = shlex.quote

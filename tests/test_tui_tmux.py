@@ -10,14 +10,11 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
-from scripted import SAMPLE, make_repo
+from scripted import SAMPLE, make_repo, tmux_cli
 
 from agent import store
 
@@ -41,13 +38,9 @@ def wait_for(check, timeout: float, what: str):
 
 @pytest.mark.embedded
 def test_tui_in_tmux_streams_and_quits(tmp_path):
-    if shutil.which("tmux") is None:
-        pytest.skip("tmux is not installed")
-    if not store.is_present():
-        pytest.skip(f"embedded model not pulled (run: {store.PULL_HINT})")
     repo = make_repo(tmp_path / "repo", SAMPLE)
     exit_file, capture_file = tmp_path / "exit.txt", tmp_path / "tui_capture.txt"
-    exe = Path(sys.executable).parent / "spec-agent"
+    exe = tmux_cli()
     q = lambda p: shlex.quote(str(p))  # noqa: E731
     cmd = (f"cd {q(repo)} && unset COLUMNS LINES && SPEC_AGENT_HOME={q(tmp_path / 'home')} "
            f"{q(exe)} --model {q(store.model_path())} --approval-mode suggest; "
