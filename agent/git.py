@@ -5,22 +5,31 @@
   existing file that git ignores (`.env`) cannot be saved that way, so editing it is refused;
   a new file in an ignored place may be created (and edited again in the same run).
 - `commit_turn()` commits the files the agent changed in one turn with a generated message
-  and the trailer `Agent: spec-agent`, which is how agent commits are recognised; ignored
-  files among them are left out.
+  and the trailer `Agent: spec-agent`; ignored files among them are left out.
+- Every commit the agent makes (its own, and the saves of the user's work) is recorded under
+  `refs/spec-agent/commits/<sha>`. An agent commit is one that is recorded there *and*
+  whose message git itself parses (`git interpret-trailers --parse`) to hold the trailer, so
+  a user's squash of agent commits, or a message quoting the trailer, is never taken for one.
 - `undo()` reverts the agent's last commit only: it refuses when HEAD is not an agent commit
   (e.g. the user committed on top) and keeps unrelated uncommitted changes (`reset --keep`).
-Outside a git repository every method is a no-op and `warning` says so once.
-Does not push, pull, branch or touch files other than those named.
+  (`spec-agent undo` restores snapshots, agent/core/snapshots.py; this is its fallback.)
+The agent's git commands run with literal pathspecs (a file named `*.py` is that file only)
+and without hooks (`core.hooksPath` at an empty folder, `--no-verify`): a repository's hooks
+are code the agent must not run. Outside a git repository every method is a no-op and
+`warning` says so once. Does not push, pull, branch or touch files other than those named.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 TRAILER = "Agent: spec-agent"
+SAVED_TRAILER = "Agent-Saved: spec-agent"  # the agent saved the user's own changes (protect)
+COMMITS_REF = "refs/spec-agent/commits/"
 _FALLBACK_IDENTITY = {"GIT_AUTHOR_NAME": "spec-agent user", "GIT_AUTHOR_EMAIL": "spec-agent@localhost",
                       "GIT_COMMITTER_NAME": "spec-agent user", "GIT_COMMITTER_EMAIL": "spec-agent@localhost"}
 
@@ -31,8 +40,60 @@ class GitSafetyError(Exception):
     exit_code = 1
 
 
+_NO_HOOKS: str | None = None
+
+
+def no_hooks_dir() -> str:
+    """An empty folder, private to this process, for `core.hooksPath`: no hook can run."""
+    global _NO_HOOKS
+    if _NO_HOOKS is None or not os.path.isdir(_NO_HOOKS):
+        _NO_HOOKS = tempfile.mkdtemp(prefix="spec-agent-nohooks-")
+        os.chmod(_NO_HOOKS, 0o500)
+    return _NO_HOOKS
+
+
+def git_argv(*args: str) -> list[str]:
+    """`git ARGS` as the agent runs it: hooks off (fsmonitor too, it runs a command)."""
+    return ["git", "-c", f"core.hooksPath={no_hooks_dir()}", "-c", "core.fsmonitor=false", *args]
+
+
+def git_env(extra: dict[str, str] | None = None, literal: bool = True) -> dict[str, str]:
+    """The environment for the agent's git commands: literal pathspecs, no prompts."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _KEPT_GIT_VARS}
+    env.update(GIT_TERMINAL_PROMPT="0")
+    if literal:  # (check-ignore takes plain paths and rejects any pathspec magic)
+        env["GIT_LITERAL_PATHSPECS"] = "1"
+    env.update(extra or {})
+    return env
+
+
+_KEPT_GIT_VARS = {"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
+                  "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_CEILING_DIRECTORIES"}
+
+
+def run_git(cwd: Path | str, *args: str, input: str | None = None, env: dict[str, str] | None = None,
+            check: bool = True, literal: bool = True) -> subprocess.CompletedProcess:
+    """Run one of the agent's git commands in `cwd`; GitCommandError when it fails and `check`."""
+    import git
+
+    proc = subprocess.run(git_argv(*args), cwd=cwd, input=input, capture_output=True, text=True,
+                          env=git_env(env, literal), check=False)
+    if check and proc.returncode != 0:
+        raise git.exc.GitCommandError(["git", *args], proc.returncode, proc.stderr)
+    return proc
+
+
+def trailers(message: str) -> list[str]:
+    """The trailer lines of a commit message, as git itself parses them."""
+    proc = subprocess.run(["git", "interpret-trailers", "--parse"], input=message, capture_output=True,
+                          text=True, env=git_env(), check=False)
+    return [line.strip() for line in proc.stdout.splitlines()] if proc.returncode == 0 else []
+
+
 def is_agent_commit(message: str) -> bool:
-    return any(line.strip() == TRAILER for line in message.splitlines())
+    """The message carries the agent's trailer, parsed by git (not a substring match). Alone it
+    does not make a commit the agent's: see `GitGuard.is_agent_commit_id`."""
+    return TRAILER in trailers(message)
 
 
 def _open_repo(root: Path):
@@ -77,9 +138,29 @@ class GitGuard:
         full = (self.root / path).resolve()
         return full.relative_to(Path(self.repo.working_tree_dir).resolve()).as_posix()
 
+    @property
+    def top(self) -> Path:
+        return Path(self.repo.working_tree_dir)
+
     def _git(self, *args: str) -> str:
+        """Run git (hooks off, literal pathspecs) in the work tree; returns stdout."""
         env = {} if self._has_identity() else _FALLBACK_IDENTITY
-        return self.repo.git.execute(["git", *args], env={**os.environ, **env})
+        return run_git(self.top, *args, env=env).stdout.rstrip("\n")
+
+    def record(self, sha: str) -> None:
+        """Remember that the agent made commit `sha` (what `is_agent_commit_id` checks)."""
+        self._git("update-ref", COMMITS_REF + sha, sha)
+
+    def is_agent_commit_id(self, sha: str, accept: tuple[str, ...] = (TRAILER,)) -> bool:
+        """`sha` is a commit the agent recorded and git parses one of `accept` among its
+        message's trailers."""
+        if not self.enabled:
+            return False
+        full = run_git(self.top, "rev-parse", "-q", "--verify", f"{sha}^{{commit}}", check=False).stdout.strip()
+        if not full or run_git(self.top, "rev-parse", "-q", "--verify", COMMITS_REF + full, check=False).returncode:
+            return False
+        found = trailers(run_git(self.top, "cat-file", "commit", full).stdout.split("\n\n", 1)[-1])
+        return any(t in found for t in accept)
 
     def _has_identity(self) -> bool:
         reader = self.repo.config_reader()
@@ -94,7 +175,7 @@ class GitGuard:
         an untracked file from protection."""
         if not (Path(self.repo.working_tree_dir) / rel).exists() and not self._has_head():
             return False
-        out = self.repo.git.status("--porcelain", "--untracked-files=all", "--", rel)
+        out = self._git("status", "--porcelain", "--untracked-files=all", "--", rel)
         return bool(out.strip())
 
     def ignored(self, rels: list[str]) -> set[str]:
@@ -103,8 +184,8 @@ class GitGuard:
 
         if not rels:
             return set()
-        proc = subprocess.run(["git", "check-ignore", "--stdin", "-z"], cwd=self.repo.working_tree_dir,
-                              input="\0".join(rels) + "\0", capture_output=True, text=True)
+        proc = run_git(self.top, "check-ignore", "--stdin", "-z", input="\0".join(rels) + "\0", check=False,
+                       literal=False)
         if proc.returncode not in (0, 1):  # 1 = none ignored
             raise git.exc.GitCommandError(["git", "check-ignore"], proc.returncode, proc.stderr)
         out = proc.stdout
@@ -140,7 +221,9 @@ class GitGuard:
                 self.notes.append(f"stashed your uncommitted changes to {rel} (git stash list)")
             else:
                 self._git("add", "--", rel)
-                self._git("commit", "--no-verify", "-q", "-m", f"Save uncommitted changes to {rel} before spec-agent edits", "--", rel)
+                self._git("commit", "--no-verify", "-q", "-m", f"Save uncommitted changes to {rel} before "
+                          f"spec-agent edits\n\n{SAVED_TRAILER}\n", "--", rel)
+                self.record(self._git("rev-parse", "HEAD"))
                 self.notes.append(f"committed your uncommitted changes to {rel} first")
         except git.exc.GitCommandError as e:
             return f"could not protect your uncommitted changes to {path}: {e.stderr.strip() or e}; not editing it"
@@ -165,12 +248,14 @@ class GitGuard:
         message = f"spec-agent: {summary}\n\nTurn {turn} edited: {', '.join(rels)}\n\n{TRAILER}\n"
         try:
             self._git("add", "--", *rels)
-            if not self.repo.git.diff("--cached", "--name-only", "--", *rels).strip():
+            if not self._git("diff", "--cached", "--name-only", "--", *rels).strip():
                 return ""
             self._git("commit", "--no-verify", "-q", "-m", message, "--", *rels)
+            sha = self._git("rev-parse", "HEAD")
+            self.record(sha)
         except git.exc.GitCommandError as e:
             raise GitSafetyError(f"auto-commit failed: {e.stderr.strip() or e}") from None
-        return self.repo.head.commit.hexsha[:8]
+        return sha[:8]
 
     def undo(self) -> str:
         """Revert the agent's last commit; returns a description or raises GitSafetyError."""
@@ -181,7 +266,7 @@ class GitGuard:
         if not self._has_head():
             raise GitSafetyError("the repository has no commits")
         head = self.repo.head.commit
-        if not is_agent_commit(head.message):
+        if not self.is_agent_commit_id(head.hexsha):
             raise GitSafetyError(
                 f"the last commit ({head.hexsha[:8]} \"{head.summary}\") is not spec-agent's; "
                 "refusing to undo (did you commit on top of it?)"
@@ -189,7 +274,7 @@ class GitGuard:
         if not head.parents:
             raise GitSafetyError("the agent's commit is the repository's first commit; not undoing it")
         try:
-            self.repo.git.reset("--keep", "HEAD~1")
+            self._git("reset", "-q", "--keep", "HEAD~1")
         except git.exc.GitCommandError as e:
             raise GitSafetyError(
                 f"cannot undo: files of that commit have uncommitted changes ({e.stderr.strip() or e})"
