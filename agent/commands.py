@@ -1,7 +1,8 @@
 """What the CLI's commands do once arguments are parsed (kept apart from parsing).
 
 Exit codes of a run come from its `AgentResult.stop_reason`: 0 answered (or stopped at
---max-turns), 1 error (model or git failure), 2 usage/config error, including a run stopped
+--max-turns), 1 error (model or git failure, or a turn stopped because the model kept repeating
+itself: stop_reason "repetition"), 2 usage/config error, including a run stopped
 because a tool call needed an approval that no one could give (rerun with --yes /
 --approval-mode), 130 cancelled (Ctrl-C). `agent.cli.main` adds 141 when the output pipe
 closed early (`| head`), quietly, as a shell reports SIGPIPE.
@@ -15,7 +16,8 @@ from pathlib import Path
 
 from .config import Config, ConfigError
 
-EXIT_CODES = {"answered": 0, "max_turns": 0, "error": 1, "approval_required": 2, "cancelled": 130}
+EXIT_CODES = {"answered": 0, "max_turns": 0, "error": 1, "repetition": 1, "approval_required": 2,
+              "cancelled": 130}
 
 
 def workspace(args) -> Path:

@@ -229,7 +229,8 @@ class GitAction(Event):
 
 @dataclass(frozen=True)
 class RunStopped(Event):
-    """Why a run ended: `answered`, `max_turns`, `approval_required`, `error`, `cancelled`."""
+    """Why a run ended: `answered`, `max_turns`, `approval_required`, `error`, `cancelled`,
+    `repetition` (the model looped on one span of text and the turn was stopped)."""
 
     reason: str
     turn: int

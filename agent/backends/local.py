@@ -65,17 +65,27 @@ class LocalModel:
         self._ll_tok = None
         self.last_grammar = ""
 
-    def _stream(self, prompt: list[int], out: list, **kw) -> Iterator[Event]:
+    def _stream(self, prompt: list[int], out: list, cancel: CancelToken, **kw) -> Iterator[Event]:
+        """One `Session.generate`; a degenerate loop stops it like a cancel, and its stats
+        then say finish_reason "repetition"."""
+        from ..core.repetition import STOP_REASON, RepetitionGuard, StopToken
         from ..engine.session import ContextOverflowError
 
+        guard, stop = RepetitionGuard(), StopToken(cancel)
         try:
-            for ev in self.session.generate(prompt, params=self.params, max_tokens=self.max_tokens, **kw):
+            for ev in self.session.generate(prompt, params=self.params, max_tokens=self.max_tokens,
+                                            cancel=stop, **kw):
                 if isinstance(ev, GenerationStats):
+                    if stop.stopped_here:
+                        ev = replace(ev, finish_reason=STOP_REASON)
                     out.append(ev)
-                else:
-                    if isinstance(ev, TextDelta):
-                        out.append(ev.text)
-                    yield ev
+                    continue
+                if isinstance(ev, TextDelta):
+                    out.append(ev.text)
+                    if guard.add_all(ev.tokens) and not stop.cancelled:
+                        stop.stop()
+                        yield Warning(guard.reason())
+                yield ev
         except ContextOverflowError as e:
             raise ModelError(str(e)) from None
 

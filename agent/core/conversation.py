@@ -78,7 +78,8 @@ class Usage:
         }
 
 
-ERROR_STOPS = ("error", "approval_required", "cancelled")
+ERROR_STOPS = ("error", "approval_required", "cancelled", "repetition")
+CUT_SHORT = ("cancelled", "repetition")  # turns stopped mid-way: a half-written call is dropped
 NOT_RUN = "not run: the user cancelled before this call"
 
 
@@ -160,7 +161,12 @@ class Conversation:
             except ModelError as e:
                 yield from self._finish(run, "error", str(e))
                 return
-            calls = parse_calls(reply) if stats is None or stats.finish_reason != "cancelled" else []
+            cut = stats is not None and stats.finish_reason in CUT_SHORT
+            calls = [] if cut else parse_calls(reply)
+            if stats is not None and stats.finish_reason == "repetition" and not run.cancel.cancelled:
+                yield from self._finish(run, "repetition", "the model kept repeating itself; "
+                                        "the turn was stopped")
+                return
             if not calls:
                 reason = "cancelled" if run.cancel.cancelled else "answered"
                 yield from self._finish(run, reason, "cancelled" if reason == "cancelled" else "")
@@ -182,7 +188,7 @@ class Conversation:
             else:
                 yield ev
         reply = "".join(parts)
-        cut = stats is not None and stats.finish_reason == "cancelled"
+        cut = stats is not None and stats.finish_reason in CUT_SHORT
         # A reply cut by a cancel keeps its text but not a half-written call.
         self._append({"role": "assistant", "content": strip_calls(reply) if cut else reply})
         run.last_text = strip_calls(reply)
