@@ -50,6 +50,8 @@ class Config:
     prefix_cache_mb: int = 1024  # KV caches of prompt prefixes kept in memory (0 = off)
     disk_cache_mb: int = 4096  # ... and on disk under <home>/prefix-cache (0 = off)
     kv_bits: int = 0  # 0 = full-precision KV cache; 4 or 8 = quantized (mlx-lm QuantizedKVCache)
+    snapshot_max_count: int = 200  # work-tree snapshots kept (refs/spec-agent/snapshots)
+    snapshot_max_age_days: float = 14.0  # ... and for how long
 
 
 _CHOICES = {
@@ -83,6 +85,8 @@ _RANGES = {
     "prefix_cache_mb": (lambda v: v >= 0, ">= 0 (0 = off)"),
     "disk_cache_mb": (lambda v: v >= 0, ">= 0 (0 = off)"),
     "kv_bits": (lambda v: v in (0, 4, 8), "0 (full precision), 4 or 8"),
+    "snapshot_max_count": (lambda v: v >= 1, ">= 1"),
+    "snapshot_max_age_days": (lambda v: v > 0, "> 0"),
 }
 
 

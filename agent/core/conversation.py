@@ -27,6 +27,7 @@ from ..events import (AgentResult, ApprovalRequest, ApprovalRequired, AssistantM
                       GenerationStats, GitAction, RunStopped, TextDelta, ToolCallFinished,
                       ToolCallStarted, TurnStarted, TurnStats, Warning)
 from ..git import GitGuard, GitSafetyError
+from .snapshots import SnapshotError, SnapshotStore
 from .callformat import ParsedCall, format_result, parse_calls, strip_calls
 from .preview import approval_request, scope_keys
 from .prompt import system_prompt
@@ -103,6 +104,7 @@ class Conversation:
         self.model, self.ctx, self.cfg, self.approver = model, ctx, cfg, approver
         self.root = ctx.root
         self.git = git if git is not None else GitGuard.open(self.root, cfg.dirty_files, cfg.auto_commit)
+        self.snapshots = SnapshotStore.open(self.root, cfg.snapshot_max_count, cfg.snapshot_max_age_days)
         self.on_message = on_message  # called with every message appended (persistence)
         self.id = conv_id or new_id()
         self.messages: list[dict[str, str]] = list(messages) if messages else []
@@ -250,6 +252,10 @@ class Conversation:
             return ToolResult.error("not approved"), stop
         if not approved:
             return ToolResult.error("the user did not approve this call; try something else"), ""
+        if tool.kind in ("edit", "shell"):
+            problem = self._snapshot(call)
+            if problem:
+                return ToolResult.error(problem), ""
         if tool.kind == "edit":
             for arg in tool.paths:
                 problem = self._protect(call.arguments.get(arg, ""))
@@ -259,6 +265,15 @@ class Conversation:
                     yield GitAction("protect", note)
                 self.git.notes.clear()
         return call_tool(call.name, call.arguments, self.ctx), ""
+
+    def _snapshot(self, call: ParsedCall) -> str:
+        """Save the work tree before an action that may change it ('' or why it could not be)."""
+        what = call.arguments.get("command") or call.arguments.get("path") or ""
+        try:
+            self.snapshots.take(f"{call.name} {what}", self.id)
+        except SnapshotError as e:
+            return f"{e}; not running {call.name} (nothing was changed)"
+        return ""
 
     def _protect(self, path: str) -> str:
         from tools._paths import PathError, confine

@@ -1,0 +1,203 @@
+"""Snapshots before every action and `spec-agent undo`: end to end in full-auto (a scripted model
+driving the real Conversation, tools and sandbox), then the real CLI entry restoring every
+byte; plus what taking a snapshot must never touch, the branch rules and pruning."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from scripted import ScriptedModel, call, conversation, full_auto, git, git_repo  # noqa: F401
+
+from agent.cli import main
+from agent.core.snapshots import SnapshotError, SnapshotStore
+from agent.events import ToolCallFinished
+from tools import sandbox
+
+BWRAP_OK, BWRAP_WHY = sandbox.available() if sys.platform.startswith("linux") else (False, "not Linux")
+needs_bwrap = pytest.mark.skipif(not BWRAP_OK, reason=f"no working bubblewrap: {BWRAP_WHY}")
+
+
+def tree_bytes(root: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file outside .git: content and mode (symlinks: their target)."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        rel = p.relative_to(root).as_posix()
+        if rel == ".git" or rel.startswith(".git/") or p.is_dir() and not p.is_symlink():
+            continue
+        data = str(p.readlink()).encode() if p.is_symlink() else p.read_bytes()
+        out[rel] = (data, p.lstat().st_mode)
+    return out
+
+
+def state(root: Path) -> tuple:
+    """What a user would compare: files, staged diff, HEAD, branch, stash list."""
+    return (tree_bytes(root), git(root, "diff", "--cached"), git(root, "rev-parse", "HEAD"),
+            git(root, "symbolic-ref", "HEAD"), git(root, "stash", "list"))
+
+
+def uncommitted_work(root: Path) -> None:
+    """Modified, staged, untracked, executable, nested, ignored-small and binary files."""
+    (root / "calc.py").write_text("def add(a, b):\n    return a + b  # staged\n")
+    git(root, "add", "calc.py")
+    (root / "calc.py").write_text("def add(a, b):\n    return a + b  # staged, then more\n")
+    (root / "notes").mkdir()
+    (root / "notes/todo.txt").write_text("my untracked notes\n")
+    (root / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    (root / "run.sh").chmod(0o755)
+    (root / "blob.bin").write_bytes(bytes(range(256)) * 4)
+    (root / ".env").write_text("API_KEY=mine\n")
+    (root / ".gitignore").write_text("build/\n*.log\n.env\n")
+
+
+def undo_cli(root: Path, *args: str) -> int:
+    return main(["-C", str(root), "undo", *args])
+
+
+DESTROY = {
+    "reset": "git reset --hard",
+    "rm": "rm -rf ./* .env .gitignore",  # everything but .git
+    "clean": "git clean -fdx",
+    "checkout": "git checkout .",
+}
+
+
+def run_destroyer(root: Path, command: str, sandbox_setting: str) -> list:
+    """One full-auto message whose shell call runs `command`; the user approves whatever the
+    denylist asks (a careless "yes")."""
+    model = ScriptedModel([call("run_shell", command=command), "Done."])
+    agent = conversation(root, model, full_auto(sandbox=sandbox_setting), approver=lambda req: "yes")
+    return list(agent.send("tidy up"))
+
+
+@pytest.mark.parametrize("kind", sorted(DESTROY))
+def test_undo_restores_what_an_unsandboxed_command_destroyed(git_repo, kind, capsys):
+    uncommitted_work(git_repo)
+    before = state(git_repo)
+    events = run_destroyer(git_repo, DESTROY[kind], "off")
+    assert [e.ok for e in events if isinstance(e, ToolCallFinished)] == [True]
+    assert state(git_repo) != before  # the command really destroyed something
+    assert undo_cli(git_repo) == 0
+    assert "restored the work tree" in capsys.readouterr().out
+    assert state(git_repo) == before
+
+
+@needs_bwrap
+@pytest.mark.parametrize("kind", ["rm", "clean"])
+def test_undo_restores_what_a_sandboxed_command_destroyed(git_repo, kind):
+    uncommitted_work(git_repo)
+    before = state(git_repo)
+    run_destroyer(git_repo, DESTROY[kind], "auto")
+    assert tree_bytes(git_repo) != before[0]
+    assert undo_cli(git_repo) == 0
+    assert state(git_repo) == before
+
+
+@needs_bwrap
+def test_sandboxed_git_reset_cannot_even_start(git_repo):
+    uncommitted_work(git_repo)
+    before = state(git_repo)
+    events = run_destroyer(git_repo, "git reset --hard", "auto")
+    done = [e for e in events if isinstance(e, ToolCallFinished)]
+    assert not done[0].ok and "Read-only file system" in done[0].output
+    assert state(git_repo) == before
+
+
+def test_undo_takes_back_the_agents_commit_and_keeps_the_users_saved_work(git_repo):
+    (git_repo / "calc.py").write_text((git_repo / "calc.py").read_text() + "# my work\n")
+    before = state(git_repo)
+    edit = call("edit_file", path="calc.py", edits=[{"old": "return a + b", "new": "return b + a"}])
+    list(conversation(git_repo, ScriptedModel([edit, "Done."])).send("swap"))
+    assert git(git_repo, "rev-list", "--count", "HEAD").strip() == "3"  # save + agent commit
+    assert undo_cli(git_repo) == 0
+    assert state(git_repo) == before  # both commits gone, "# my work" uncommitted again
+
+
+def test_two_undos_walk_back_two_actions_and_undo_id_redoes(git_repo, capsys):
+    one = call("write_file", path="a.txt", content="1\n")
+    two = call("write_file", path="b.txt", content="2\n")
+    list(conversation(git_repo, ScriptedModel([one, two, "Done."]), full_auto(auto_commit=False)).send("x"))
+    assert undo_cli(git_repo) == 0 and not (git_repo / "b.txt").exists() and (git_repo / "a.txt").exists()
+    assert undo_cli(git_repo) == 0 and not (git_repo / "a.txt").exists()
+    out = capsys.readouterr().out
+    saved = out.strip().splitlines()[0].rsplit("spec-agent undo ", 1)[1].rstrip(")")
+    assert undo_cli(git_repo, saved) == 0  # the state before the first undo
+    assert (git_repo / "a.txt").read_text() == "1\n" and (git_repo / "b.txt").read_text() == "2\n"
+    assert undo_cli(git_repo, "--list") == 0
+    listing = capsys.readouterr().out
+    assert "before write_file b.txt" in listing and "undone" in listing and "before undo" in listing
+
+
+def test_taking_a_snapshot_touches_nothing_of_the_users(git_repo):
+    uncommitted_work(git_repo)
+    git(git_repo, "stash", "list")
+    index = (git_repo / ".git/index").read_bytes()
+    before = state(git_repo)
+    refs = git(git_repo, "for-each-ref", "refs/heads", "refs/tags", "refs/stash")
+    snap = SnapshotStore.open(git_repo).take("test", "c1")
+    assert snap is not None and snap.kind == "action"
+    assert state(git_repo) == before and (git_repo / ".git/index").read_bytes() == index
+    assert git(git_repo, "for-each-ref", "refs/heads", "refs/tags", "refs/stash") == refs
+    assert SnapshotStore.open(git_repo).take("again", "c1").sha == snap.sha  # unchanged: reused
+
+
+def test_undo_refuses_to_drop_a_users_commit(git_repo):
+    store = SnapshotStore.open(git_repo)
+    store.take("x")
+    (git_repo / "README.md").write_text("# mine\n")
+    git(git_repo, "commit", "-qam", "user work")
+    top = git(git_repo, "rev-parse", "HEAD")
+    with pytest.raises(SnapshotError, match="not spec-agent's"):
+        store.undo()
+    assert git(git_repo, "rev-parse", "HEAD") == top and (git_repo / "README.md").read_text() == "# mine\n"
+
+
+def test_undo_refuses_a_squash_that_quotes_the_trailer(git_repo):
+    store = SnapshotStore.open(git_repo)
+    store.take("x")
+    (git_repo / "README.md").write_text("# squashed\n")
+    git(git_repo, "commit", "-qam", "Squash of agent work\n\nAgent: spec-agent")
+    with pytest.raises(SnapshotError, match="not spec-agent's"):
+        store.undo()
+    assert (git_repo / "README.md").read_text() == "# squashed\n"
+
+
+def test_undo_moves_a_rewound_branch_forward_again(git_repo):
+    (git_repo / "README.md").write_text("# second\n")
+    git(git_repo, "commit", "-qam", "second")
+    before = state(git_repo)
+    SnapshotStore.open(git_repo).take("reset")
+    git(git_repo, "reset", "-q", "--hard", "HEAD~1")
+    assert undo_cli(git_repo) == 0 and state(git_repo) == before
+
+
+def test_pruning_keeps_the_live_conversations_snapshots(git_repo):
+    store = SnapshotStore(SnapshotStore.open(git_repo).top, max_count=2)
+    mine = store.take("first", "live")
+    for i in range(4):
+        (git_repo / f"f{i}.txt").write_text(str(i))
+        store.take(f"other {i}")
+    kept = [s.sha for s in store.list()]
+    assert len(kept) == 3 and mine.sha in kept
+    store.keep.clear()
+    store.prune()
+    assert len(store.list()) == 2 and mine.sha not in [s.sha for s in store.list()]
+
+
+def test_undo_outside_git_is_one_error(tmp_path, capsys):
+    assert undo_cli(tmp_path) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "not in a git repository" in err
+
+
+def test_snapshot_speed(git_repo):
+    """Taking a snapshot is cheap enough to do before every action."""
+    import time
+
+    store = SnapshotStore.open(git_repo)
+    start = time.perf_counter()
+    for i in range(5):
+        (git_repo / "calc.py").write_text(f"# {i}\n")
+        store.take(f"edit {i}")
+    assert (time.perf_counter() - start) / 5 < 1.0
