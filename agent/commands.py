@@ -124,13 +124,16 @@ def interactive(args, cfg: Config) -> int:
 
 
 def undo(args, cfg: Config) -> int:
-    """Revert the agent's last commit (refuses when it is not the agent's)."""
-    from .git import GitGuard, GitSafetyError
+    """`spec-agent undo [ID] [--list]`: restore a snapshot (agent/core/snapshots.py)."""
+    from .core.snapshots import SnapshotError, SnapshotStore, undo_text
 
-    guard = GitGuard.open(workspace(args))
+    store = SnapshotStore.open(workspace(args), cfg.snapshot_max_count, cfg.snapshot_max_age_days)
     try:
-        print(guard.undo())
-    except GitSafetyError as e:
+        if getattr(args, "list_snapshots", False):
+            print(store.listing())
+        else:
+            print(undo_text(store, getattr(args, "snapshot", "")))
+    except SnapshotError as e:
         print(f"spec-agent: error: {e}", file=sys.stderr)
         return 1
     return 0

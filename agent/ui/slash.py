@@ -42,11 +42,15 @@ def _clear(rt, arg: str) -> Reply:
 
 
 def _undo(rt, arg: str) -> Reply:
-    from ..git import GitSafetyError
+    """The same undo as `spec-agent undo`: `/undo`, `/undo ID`, `/undo list`."""
+    from ..core.snapshots import SnapshotError, SnapshotStore, undo_text
 
+    conv = rt.conversation
+    store = conv.snapshots if conv is not None else SnapshotStore.open(
+        rt.root, rt.cfg.snapshot_max_count, rt.cfg.snapshot_max_age_days)
     try:
-        return Reply(rt.git.undo())
-    except GitSafetyError as e:
+        return Reply(store.listing() if arg in ("list", "--list") else undo_text(store, arg))
+    except SnapshotError as e:
         return Reply(str(e), error=True)
 
 
@@ -134,7 +138,7 @@ def _tokens(rt, arg: str) -> Reply:
 COMMANDS: dict[str, Command] = {c.name: c for c in (
     Command("help", "", "list commands", _help),
     Command("clear", "", "start a new conversation", _clear),
-    Command("undo", "", "revert the agent's last commit", _undo),
+    Command("undo", "[ID|list]", "restore the work tree to before the agent's last action", _undo),
     Command("diff", "", "show uncommitted changes and the agent's last commit", _diff),
     Command("model", "[ref]", "show or switch the model (loads it)",
             _setter("model", "model"), slow=True),
