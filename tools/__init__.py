@@ -1,12 +1,16 @@
 """The agent's tools, registered in one place: name → `Tool` (schema, function, kind).
 
 `call_tool(name, arguments, ctx)` validates the arguments against the tool's JSON Schema and
-runs it; every expected failure comes back as a `ToolResult` with `ok=False`, never raised.
+runs it under a wall-clock limit; every expected failure comes back as a `ToolResult` with
+`ok=False`, never raised. Past the limit the call is reported as failed and left to finish in
+a daemon thread (Python cannot kill a thread; the tools that can hang, shell and grep, kill
+their own child processes well within it).
 Approvals and git bookkeeping are the agent loop's business, not this package's.
 """
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from ._base import MAX_OUTPUT_CHARS, Tool, ToolContext, ToolResult
@@ -52,9 +56,32 @@ def validate(name: str, arguments: Any) -> str:
     return ""
 
 
+TOOL_TIME_LIMIT_S = 30.0  # wall clock for one call of a tool other than run_shell
+SHELL_GRACE_S = 15.0  # run_shell: its own timeout plus this (killing a sandbox takes a moment)
+
+
+def time_limit(name: str, ctx: ToolContext) -> float:
+    return ctx.shell_timeout_s + SHELL_GRACE_S if name == "run_shell" else TOOL_TIME_LIMIT_S
+
+
 def call_tool(name: str, arguments: Any, ctx: ToolContext) -> ToolResult:
-    """Validate and run one tool call."""
+    """Validate and run one tool call; a call past its time limit returns an error."""
     problem = validate(name, arguments)
     if problem:
         return ToolResult.error(problem)
-    return TOOLS[name].fn(ctx, **arguments)
+    box: list[ToolResult] = []
+
+    def run() -> None:
+        try:
+            box.append(TOOLS[name].fn(ctx, **arguments))
+        except (OSError, RuntimeError, ValueError) as e:  # a tool's unforeseen failure
+            box.append(ToolResult.error(f"{name} failed: {type(e).__name__}: {e}"))
+
+    worker = threading.Thread(target=run, name=f"tool-{name}", daemon=True)
+    worker.start()
+    limit = time_limit(name, ctx)
+    worker.join(limit)
+    if not box:
+        return ToolResult.error(f"{name} did not finish within {limit:g}s and was abandoned; "
+                                "it may still complete in the background")
+    return box[0]

@@ -38,12 +38,18 @@ def confine(root: Path, path: str) -> Path:
         full = (root / Path(*p.parts)).resolve()  # follows symlinks, also for missing tails
     except (RuntimeError, OSError) as e:  # 3.11 raises RuntimeError for a symlink loop
         raise PathError(f"{path}: cannot resolve ({e}); a symlink loop?") from None
-    if full != root and root not in full.parents:
-        raise PathError(f"{path}: resolves outside the repo (symlink?); refused")
-    if any(_is_dotgit(part) for part in (*p.parts, *full.relative_to(root).parts)) or any(
-            _within(full, d) for d in git_dirs(root)):
-        raise PathError(f"{path}: the .git folder is off limits")
+    check_resolved(root, full, path, p.parts)
     return full
+
+
+def check_resolved(root: Path, full: Path, shown: str, given: tuple[str, ...] = ()) -> None:
+    """PathError unless the resolved `full` lies inside the resolved `root`, outside its git
+    folder (`given`: the parts the model wrote, checked for `.git` spellings too)."""
+    if full != root and root not in full.parents:
+        raise PathError(f"{shown}: resolves outside the repo (symlink?); refused")
+    if any(_is_dotgit(part) for part in (*given, *full.relative_to(root).parts)) or any(
+            _within(full, d) for d in git_dirs(root)):
+        raise PathError(f"{shown}: the .git folder is off limits")
 
 
 def _is_dotgit(part: str) -> bool:

@@ -11,7 +11,7 @@ import difflib
 
 from ._base import ToolContext, ToolResult
 from ._paths import PathError, confine, relative
-from .read_file import read_text
+from .read_file import MAX_FILE_BYTES, open_regular, read_text
 from .write_file import atomic_write
 
 MAX_EDITS = 4  # weak models repeat edits until the cap
@@ -64,6 +64,16 @@ def _closest(text: str, old: str) -> str:
     return f"the closest text is at lines {best_at + 1}-{best_at + n}:\n{shown}"
 
 
+def occurrences(text: str, old: str, limit: int = 1000) -> list[int]:
+    """Start offsets of `old` in `text`, overlapping ones included ("aa" occurs twice in
+    "aaa"): an edit whose text overlaps itself is ambiguous. At most `limit` of them."""
+    starts, at = [], text.find(old)
+    while at >= 0 and len(starts) < limit:
+        starts.append(at)
+        at = text.find(old, at + 1)
+    return starts
+
+
 def apply_edits(text: str, edits: list[dict], path: str) -> tuple[str | None, str]:
     """(new text, "") or (None, error message) for the whole sequence of edits."""
     for k, edit in enumerate(edits, 1):
@@ -71,26 +81,29 @@ def apply_edits(text: str, edits: list[dict], path: str) -> tuple[str | None, st
         which = f"edit {k}" if len(edits) > 1 else "the edit"
         if not old:
             return None, f"{which}: `old` is empty; to create or replace a whole file use write_file"
-        count = text.count(old)
+        found = occurrences(text, old)
+        count = len(found)
         if count == 0:
             return None, f"{which}: `old` text not found in {path}; {_closest(text, old)}"
         if count > 1:
-            at, starts = 0, []
-            while len(starts) < 10 and (at := text.find(old, at)) >= 0:
-                starts.append(str(_line_of(text, at)))
-                at += 1
-            return None, (f"{which}: `old` text occurs {count} times in {path} (at lines "
-                          f"{', '.join(starts)}); include more surrounding lines so it occurs once")
-        text = text.replace(old, new, 1)
+            lines = ", ".join(str(_line_of(text, at)) for at in found[:10])
+            more = "+" if count == 1000 else ""
+            return None, (f"{which}: `old` text occurs {count}{more} times in {path} (overlaps "
+                          f"counted; at lines {lines}); include more surrounding lines so it occurs once")
+        text = text[:found[0]] + new + text[found[0] + len(old):]
     return text, ""
 
 
 def edit_file(ctx: ToolContext, path: str, edits: list[dict]) -> ToolResult:
     try:
         full = confine(ctx.root, path)
-        if not full.is_file():
+        if not full.exists():
             return ToolResult.error(f"{path}: no such file (use write_file to create it)")
-        text = read_text(full.read_bytes())
+        with open_regular(full, path) as f:  # FIFOs and devices refused, never opened
+            data = f.read(MAX_FILE_BYTES + 1)
+        if len(data) > MAX_FILE_BYTES:
+            return ToolResult.error(f"{path} is over {MAX_FILE_BYTES // 1024} KB; too large to edit here")
+        text = read_text(data)
         if text is None:
             return ToolResult.error(f"{path} is a binary file; cannot edit it")
         new_text, problem = apply_edits(text, edits, path)
@@ -98,7 +111,7 @@ def edit_file(ctx: ToolContext, path: str, edits: list[dict]) -> ToolResult:
             return ToolResult.error(problem + "; no change was made")
         if new_text == text:
             return ToolResult.error(f"the edits leave {path} unchanged")
-        atomic_write(full, new_text)
+        atomic_write(full, new_text, ctx.root)
     except PathError as e:
         return ToolResult.error(str(e))
     except OSError as e:

@@ -1,7 +1,8 @@
 """The system prompt: instructions, the tool list with schemas, and the project's AGENTS.md.
 
-AGENTS.md is read only when it is a regular file inside the repository (a symlink pointing
-elsewhere is not followed), and only its first `MAX_AGENTS_MD` characters.
+AGENTS.md is read under the same confinement as the tools' paths (tools/_paths.py), only when
+it is a regular file and not a symlink (a FIFO or device is never opened), and only its first
+`MAX_AGENTS_MD` characters.
 """
 
 from __future__ import annotations
@@ -32,11 +33,24 @@ def system_prompt(root: Path) -> str:
     for tool in TOOLS.values():
         schema = json.dumps(tool.schema["properties"], separators=(",", ":"))
         lines.append(f"- {tool.name}: {tool.description} Arguments: {schema}")
-    agents_md = root / "AGENTS.md"
-    if agents_md.is_file() and not agents_md.is_symlink():
-        try:
-            text = agents_md.read_text(encoding="utf-8", errors="replace")[:MAX_AGENTS_MD]
-            lines += ["", "Project instructions (AGENTS.md):", text.strip()]
-        except OSError:
-            pass
+    text = agents_md(root)
+    if text:
+        lines += ["", "Project instructions (AGENTS.md):", text]
     return "\n".join(lines)
+
+
+def agents_md(root: Path) -> str:
+    """The project's AGENTS.md, stripped and cut to MAX_AGENTS_MD characters; '' when there is
+    none or it may not be read (outside the repo, a symlink, not a regular file)."""
+    from tools._paths import PathError, confine
+    from tools.read_file import open_regular
+
+    try:
+        full = confine(root, "AGENTS.md")
+        if (root / "AGENTS.md").is_symlink():
+            return ""
+        with open_regular(full, "AGENTS.md") as f:
+            data = f.read(MAX_AGENTS_MD * 4)
+    except (PathError, OSError):
+        return ""
+    return data.decode("utf-8", errors="replace")[:MAX_AGENTS_MD].strip()
