@@ -279,26 +279,17 @@ class Session:
                 toks, sources = item
                 if not tally.first:
                     tally.first = time.perf_counter()
-                out: list[int] = []
-                srcs: list[str] = []
-                for t, src in zip(toks, sources):
-                    self.tokens.append(t)
-                    tally.generated += 1
-                    if t in stop:
-                        finish = "stop"
-                        break
-                    detok.add_token(t)
-                    out.append(t)
-                    srcs.append(src)
-                    if tally.generated >= max_tokens:
-                        break
-                if out:
-                    seg = detok.last_segment
-                    cut = _find_stop(text_so_far, seg, stop_strings)
-                    if cut is not None:
-                        seg, finish = seg[:cut], "stop_string"
+                n, seg, finish = self._take(detok, toks, stop, stop_strings, text_so_far,
+                                            tally, max_tokens, finish)
+                if n < len(toks) and self.speculator is not None:
+                    self.speculator.drop_emitted(sources[n:])  # accepted past a stop
+                if n:
                     text_so_far += seg
-                    yield TextDelta(seg, tuple(out), tuple(s != "target" for s in srcs), tuple(srcs))
+                    out, srcs = tuple(toks[:n]), sources[:n]
+                    if out[-1] in stop:  # the stop token itself is history, not text
+                        out, srcs = out[:-1], srcs[:-1]
+                    if out:
+                        yield TextDelta(seg, out, tuple(s != "target" for s in srcs), tuple(srcs))
                 if finish in ("stop", "stop_string") or tally.generated >= max_tokens:
                     break
                 progress = self._progress(tally)
@@ -314,6 +305,29 @@ class Session:
             self._reconcile()
             self._remember(prompt)
         yield self._stats(prompt, cached, tally, finish)
+
+    def _take(self, detok, toks, stop, stop_strings, before: str, tally: _Tally,
+              max_tokens: int, finish: str) -> tuple[int, str, str]:
+        """Take a batch's tokens one by one, as plain decoding would have produced them, and
+        stop at the first that ends the turn (a stop token, the token completing a stop string,
+        `max_tokens`). Returns (tokens taken, their text, finish reason); the tokens after a
+        stop (accepted drafts) never enter the history or the counts."""
+        text, n = "", 0
+        for t in toks:
+            self.tokens.append(t)
+            tally.generated += 1
+            n += 1
+            if t in stop:
+                return n, text, "stop"
+            detok.add_token(t)
+            piece = detok.last_segment
+            cut = _find_stop(before + text, piece, stop_strings)
+            if cut is not None:
+                return n, text + piece[:cut], "stop_string"
+            text += piece
+            if tally.generated >= max_tokens:
+                break
+        return n, text, finish
 
     def _progress(self, tally: _Tally) -> DecodeProgress | None:
         """A `DecodeProgress` when the last one is `PROGRESS_EVERY_S` old, else None."""

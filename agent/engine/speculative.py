@@ -23,7 +23,7 @@ from ..cancel import CancelToken
 from ..events import SpeculationChanged
 from .drafters import Draft, Drafter
 from .sampling import SamplingParams, apply_mask, log_probs
-from .step import TokenConstraint, forward, plain_step
+from .step import TokenConstraint, forward, plain_decode
 
 
 def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams) -> tuple[int, int]:
@@ -141,6 +141,13 @@ class Speculator:
     def rewind_to(self, n: int) -> None:
         self.drafter.rewind_to(n)
 
+    def drop_emitted(self, sources) -> None:
+        """The session stopped inside a batch: accepted tokens after the stop are not output,
+        so they leave the counts as well."""
+        c = self.call
+        c.forced -= sum(1 for s in sources if s == "forced")
+        c.accepted -= sum(1 for s in sources if s in ("draft", "lookup"))
+
     def stats(self) -> dict:
         c = self.call
         return dict(speculative=True, drafter=self.drafter.name, rounds=c.rounds,
@@ -190,36 +197,65 @@ class Speculator:
         is set (checked before every round, so a cancel never splits a round)."""
         self.call = _CallStats()
         cancel = cancel or CancelToken()
-        model, cache = session.target.model, session.tcache.cache
         probe_plain = 0
         while not cancel.cancelled:
             if probe_plain or not self.enabled:
-                t0 = time.perf_counter()
-                tok = plain_step(model, cache, pending, params, constraint)
-                self.plain_tps.add(1.0 / max(time.perf_counter() - t0, 1e-9))
-                yield [tok], ["target"]
-                pending = tok
+                # Timed like a round: from its start until the consumer asks for more.
+                t0, made = time.perf_counter(), 0
+                for tok in self._plain(session, pending, params, constraint,
+                                       probe_plain or self.plain_left, cancel):
+                    made += 1
+                    yield [tok], ["target"]
+                    pending = tok
+                if made:
+                    self.plain_tps.add(made / max(time.perf_counter() - t0, 1e-9))
                 if probe_plain:
-                    probe_plain -= 1
-                    if not probe_plain:
-                        reason = self._check_speed()
-                        if reason:
-                            yield from self._switch_off(reason)
-                elif not self.enabled:
-                    self.plain_left -= 1
+                    probe_plain = 0
+                    reason = self._check_speed()
+                    if reason:
+                        yield from self._switch_off(reason)
+                elif made:
+                    self.plain_left -= made
                     if self.plain_left <= 0:
                         self.enabled = True
                         self.off_reason = ""
                         self.rounds_since_check = 0
                         yield SpeculationChanged(True, self.k_for("model"), "re-probing")
                 continue
+            t0 = time.perf_counter()
             emitted, n, source = self._round(session, pending, params, constraint)
             yield emitted, [source] * n + ["target"] * (len(emitted) - n)
+            # Every cost of a round counts: the drafter's catch-up, drafting, verifying, and
+            # the consumer's handling of its tokens (plain tokens are timed the same way).
+            self.spec_tps.add(len(emitted) / max(time.perf_counter() - t0, 1e-9))
             pending = emitted[-1]
             self.rounds_since_check += 1
             if self.policy.mode == "auto" and self.rounds_since_check >= self.check_every:
                 self.rounds_since_check = 0
                 probe_plain = self.policy.plain_probe
+
+    @staticmethod
+    def _plain(session, pending: int, params: SamplingParams,
+               constraint: TokenConstraint | None, n: int, cancel: CancelToken) -> Iterator[int]:
+        """Up to `n` plain tokens on the same pipelined path as `--speculation off`
+        (`step.plain_decode`). That path may feed the last token it yielded before it is
+        asked for the next; the target's cache is trimmed back so that the pending token
+        stays out of it, as the speculative rounds expect."""
+        from mlx_lm.models.cache import trim_prompt_cache
+
+        gen = plain_decode(session.target.model, session.tcache.cache, pending, params, constraint)
+        made = 0
+        try:
+            for tok in gen:
+                made += 1
+                yield tok
+                if made >= n or cancel.cancelled:
+                    break
+        finally:
+            gen.close()
+            extra = session.tcache.offset - (len(session.tokens) - 1)
+            if extra > 0:
+                trim_prompt_cache(session.tcache.cache, extra)
 
     def _switch_off(self, reason: str) -> Iterator:
         self.enabled = False
@@ -233,7 +269,7 @@ class Speculator:
         "draft" for a draft model, "lookup", or "forced" for grammar-determined tokens)."""
         t_prep = time.perf_counter()
         prepare = getattr(self.drafter, "prepare", None)
-        if prepare is not None:  # catch-up is prefill work: kept out of the speed comparison
+        if prepare is not None:  # the draft model catches up with tokens it has not seen
             prepare(session.tokens)
         t0 = time.perf_counter()
         self.call.draft_s += t0 - t_prep
@@ -262,6 +298,5 @@ class Speculator:
             c.accepted += n
             c.k = len(draft.tokens)
             self.accepted_per_round.setdefault(draft.source or "model", _Ema()).add(n)
-        self.spec_tps.add(len(emitted) / max(t2 - t0, 1e-9))
         source = {"model": "draft", "": "draft"}.get(draft.source, draft.source)
         return emitted, n, source
