@@ -52,6 +52,12 @@ class Config:
     kv_bits: int = 0  # 0 = full-precision KV cache; 4 or 8 = quantized (mlx-lm QuantizedKVCache)
     snapshot_max_count: int = 200  # work-tree snapshots kept (refs/spec-agent/snapshots)
     snapshot_max_age_days: float = 14.0  # ... and for how long
+    engine: str = "local"  # local (in-process MLX) | openai (an OpenAI-compatible server)
+    base_url: str = ""  # engine openai: the server, e.g. http://127.0.0.1:8080/v1
+    connect_timeout_s: float = 10.0  # engine openai: connecting to the server
+    read_timeout_s: float = 300.0  # engine openai: longest wait for the next bytes (first byte too)
+    max_retries: int = 3  # engine openai: retries on connection errors and HTTP 429/503
+    tool_format: str = "auto"  # auto (the model's own where it has one) | native | text
 
 
 _CHOICES = {
@@ -63,12 +69,16 @@ _CHOICES = {
     "dirty_files": {"commit", "stash", "refuse"},
     "tool_choice": {"auto", "first", "required"},
     "sandbox": {"auto", "off"},
+    "engine": {"local", "openai"},
+    "tool_format": {"auto", "native", "text"},
 }
 
 
 # Keys that loosen safety: a cloned repo must not grant itself full-auto, longer commands,
 # an unsandboxed shell or the network.
-REPO_FORBIDDEN = ("approval_mode", "dirty_files", "shell_timeout_s", "sandbox", "allow_network")
+# Nor may it send the code (and the user's API key) to a server of its choosing.
+REPO_FORBIDDEN = ("approval_mode", "dirty_files", "shell_timeout_s", "sandbox", "allow_network",
+                  "engine", "base_url")
 
 # key: (test, what the value must be)
 _RANGES = {
@@ -87,6 +97,11 @@ _RANGES = {
     "kv_bits": (lambda v: v in (0, 4, 8), "0 (full precision), 4 or 8"),
     "snapshot_max_count": (lambda v: v >= 1, ">= 1"),
     "snapshot_max_age_days": (lambda v: v > 0, "> 0"),
+    "connect_timeout_s": (lambda v: v > 0, "> 0"),
+    "read_timeout_s": (lambda v: v > 0, "> 0"),
+    "max_retries": (lambda v: 0 <= v <= 20, "between 0 and 20"),
+    "base_url": (lambda v: v == "" or v.startswith(("http://", "https://")),
+                 "an http:// or https:// URL"),
 }
 
 

@@ -109,6 +109,8 @@ class GenerationStats(_Acceptance, Event):
     k: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
+    backend: str = ""  # "" = the in-process engine; else the server ("openai host · model")
+    cache_reported: bool = True  # False: a server that did not say how much of the prompt it cached
 
     @property
     def cache_hit_rate(self) -> float:

@@ -63,6 +63,19 @@ def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None]
     return Speculator(drafter, policy)
 
 
+def open_openai(cfg: Config, tools: Any = None):
+    """The OpenAI-compatible backend for `cfg` (no request is made until the first turn)."""
+    from .backends.openai import ApiOptions, OpenAIBackend, api_key_from_env
+
+    if not cfg.base_url:
+        raise ConfigError("engine 'openai' needs a server: --base-url URL (e.g. http://127.0.0.1:8080/v1)")
+    opts = ApiOptions(cfg.base_url, cfg.model, api_key_from_env(), cfg.connect_timeout_s,
+                      cfg.read_timeout_s, cfg.max_retries, native_tools=cfg.tool_format != "text",
+                      temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
+                      tool_choice=cfg.tool_choice)
+    return OpenAIBackend(opts, tools)
+
+
 # Settings a UI may change between messages, and what changing them needs.
 LIVE_KEYS = {"model": "reload", "draft_model": "reload", "num_draft_tokens": "speculator",
              "speculation": "speculator", "drafter": "speculator", "approval_mode": "conversation",
@@ -96,7 +109,13 @@ class Runtime:
     # ---- engine ---------------------------------------------------------------------------
 
     def load(self) -> None:
-        """Load the models the config names (slow) and build the model adapter."""
+        """Open the backend the config names: load the local models (slow) and build the model
+        adapter, or connect to an OpenAI-compatible server (`engine = "openai"`)."""
+        if self.cfg.engine == "openai":
+            self.model = open_openai(self.cfg)
+            if self.conversation is not None:
+                self.conversation.model = self.model
+            return
         from .backends.local import LocalModel
         from .engine.loading import load_model
         from .engine.session import Session
@@ -111,12 +130,18 @@ class Runtime:
         self.session = Session(target, speculator=make_speculator(cfg, target, self.draft, self.warn),
                                store=self.store, kv_bits=cfg.kv_bits)
         self.model = LocalModel(self.session, sampling_params(cfg), cfg.max_tokens, self.ctx,
-                                constrain=cfg.constrained_calls, tool_choice=cfg.tool_choice)
+                                constrain=cfg.constrained_calls, tool_choice=cfg.tool_choice,
+                                tool_format=cfg.tool_format)
+        if cfg.tool_format == "native" and not self.model.native_tools:
+            self.warn(f"{target.name}'s chat template has no tool-call format; tools are "
+                      "described in the system prompt instead")
         if self.conversation is not None:  # resumed before the models were loaded
             self.conversation.model = self.model
 
     @property
     def model_name(self) -> str:
+        if self.session is None and self.cfg.engine == "openai" and self.model is not None:
+            return getattr(self.model, "label", self.cfg.model)
         return self.session.target.name if self.session is not None else self.cfg.model
 
     @property
@@ -135,7 +160,9 @@ class Runtime:
         need = LIVE_KEYS[key]
         if self.conversation is not None:
             self.conversation.set_config(self.cfg)
-        if self.session is None:  # a scripted model: only the config changes
+        if self.cfg.engine == "openai" and need in ("reload", "sampling"):
+            self.load()  # a new client with the new settings (the conversation keeps its history)
+        if self.session is None:  # a server or a scripted model: only the config changes
             return f"{key} = {getattr(self.cfg, key)!r}"
         if need == "reload":
             self.load()

@@ -7,6 +7,10 @@ One assistant turn is up to two `Session.generate` calls on the same, growing pr
    this nearly free), decoded under `agent.constraints.tool_call_grammar` — schema-valid
    arguments, `edit_file` `old` texts taken from the files — until `</tool_call>`.
 With `constrain=False` step 2 runs unconstrained and the loop validates the call afterwards.
+When the model's chat template takes `tools` and asks for Hermes-style calls
+(`<tool_call>{"name": ..., "arguments": ...}</tool_call>`: Qwen2.5, Hermes, and others), the
+tool schemas are rendered through the template and results go back as `tool` messages
+(`native_tools`); other templates (SmolLM2's) get the tools listed in the system prompt.
 The turn's two `GenerationStats` are merged into one; a cancel stops either part between
 rounds. Not here: parsing and running calls (agent/core).
 """
@@ -21,8 +25,28 @@ from tools import ToolContext
 from ..cancel import CancelToken
 from ..constraints import GrammarConstraint, candidate_files, ll_tokenizer, tool_call_grammar
 from ..core.callformat import CLOSE, OPEN, is_first_turn, read_paths
-from ..core.conversation import ModelError
 from ..events import Event, GenerationStats, TextDelta, Warning
+from .base import ModelError, tool_specs, wire_messages
+
+_PROBE = "spec_agent_probe_tool"
+
+
+def template_takes_tools(tokenizer: Any) -> bool:
+    """Does `tokenizer`'s chat template render a `tools` list and ask for `<tool_call>` JSON
+    calls? (Rendered once with a probe tool and once without, and compared.)"""
+    import jinja2
+
+    tool = {"type": "function", "function": {"name": _PROBE, "description": "probe",
+                                             "parameters": {"type": "object", "properties": {}}}}
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    try:
+        with_tools = tokenizer.apply_chat_template(msgs, tools=[tool], tokenize=False,
+                                                   add_generation_prompt=True)
+        without = tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
+    except (jinja2.TemplateError, ValueError, TypeError, KeyError, AttributeError):
+        return False
+    return isinstance(with_tools, str) and with_tools != without and _PROBE in with_tools \
+        and OPEN in with_tools and CLOSE in with_tools
 
 
 def merge_stats(a: GenerationStats, b: GenerationStats) -> GenerationStats:
@@ -52,9 +76,11 @@ def merge_stats(a: GenerationStats, b: GenerationStats) -> GenerationStats:
 class LocalModel:
     """Adapts `Session` to the conversation's `Model` protocol."""
 
+    label = "local"
+
     def __init__(self, session: Any, params: Any, max_tokens: int, ctx: ToolContext | None,
                  constrain: bool = True, tools: Mapping[str, Any] | None = None,
-                 tool_choice: str = "auto"):
+                 tool_choice: str = "auto", tool_format: str = "auto"):
         from tools import TOOLS
 
         self.session, self.params, self.max_tokens = session, params, max_tokens
@@ -64,6 +90,14 @@ class LocalModel:
         self.tool_choice = tool_choice  # "first": the first turn opens with a call; "required": all
         self._ll_tok = None
         self.last_grammar = ""
+        # "native" asks for the model's own format; a template without one keeps the text format.
+        self.native_tools = tool_format != "text" and template_takes_tools(session.tokenizer)
+
+    def render(self, messages: list[dict[str, str]]) -> list[int]:
+        """Prompt tokens for `messages` (tool schemas through the template when native)."""
+        if not self.native_tools:
+            return self.session.render(messages)
+        return self.session.render(wire_messages(messages, raw_calls=True), tool_specs(self.tools))
 
     def _stream(self, prompt: list[int], out: list, cancel: CancelToken, **kw) -> Iterator[Event]:
         """One `Session.generate`; a degenerate loop stops it like a cancel, and its stats
@@ -102,7 +136,7 @@ class LocalModel:
 
     def generate(self, messages: list[dict[str, str]], cancel: CancelToken | None = None) -> Iterator[Event]:
         cancel = cancel or CancelToken()
-        prompt = self.session.render(messages)
+        prompt = self.render(messages)
         first_turn = is_first_turn(messages)
         if self.tool_choice == "required" or (self.tool_choice == "first" and first_turn):
             yield TextDelta(OPEN, (), (), ())

@@ -26,13 +26,21 @@ class ParsedCall:
     error: str = ""  # why the call could not be parsed or validated
 
 
-def _decode_call(body: str) -> ParsedCall:
-    body = body.strip()
+def decode_call_json(body: str) -> Any:
+    """The JSON value a call's body starts with (text before the first `{` is skipped).
+    Raises json.JSONDecodeError; a body without `{` decodes to None."""
     start = body.find("{")
     if start < 0:
+        return None
+    obj, _ = json.JSONDecoder().raw_decode(body[start:])
+    return obj
+
+
+def _decode_call(body: str) -> ParsedCall:
+    if body.find("{") < 0:
         return ParsedCall("?", {}, "a tool call must be a JSON object")
     try:
-        obj, _ = json.JSONDecoder().raw_decode(body[start:])
+        obj = decode_call_json(body)
     except json.JSONDecodeError as e:
         return ParsedCall("?", {}, f"the tool call is not valid JSON ({e.msg} at char {e.pos})")
     if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
@@ -47,9 +55,14 @@ def _decode_call(body: str) -> ParsedCall:
     return ParsedCall(obj["name"], args if isinstance(args, dict) else {}, problem)
 
 
+def call_bodies(text: str) -> list[str]:
+    """The text inside every `<tool_call>…</tool_call>` in `text` (an unclosed last one too)."""
+    return [m.group(1) for m in _CALL.finditer(text)]
+
+
 def parse_calls(text: str) -> list[ParsedCall]:
     """Every `<tool_call>…</tool_call>` in `text` (an unclosed last one counts too)."""
-    return [_decode_call(m.group(1)) for m in _CALL.finditer(text)]
+    return [_decode_call(body) for body in call_bodies(text)]
 
 
 def strip_calls(text: str) -> str:

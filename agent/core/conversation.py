@@ -7,7 +7,7 @@ call and its result, git actions, per-turn stats, and finally `RunStopped` + `Ag
 kept across messages and is append-only, so a session with prefix caching re-reads only the
 new messages. A `CancelToken` stops a message between decoding rounds and between tool calls;
 the history stays well-formed (a cut assistant message is kept without its partial call, and
-every call gets a result). The model is anything with the `Model` protocol (agent/backends);
+every call gets a result). The model is any `Backend` (agent/backends/base.py);
 asking the user is the `Approver`'s business (agent/ui). Nothing here renders.
 """
 
@@ -21,6 +21,7 @@ from typing import Any, Callable, Iterator, Protocol
 from tools import TOOLS, ToolContext, ToolResult, call_tool
 
 from ..approvals import decide
+from ..backends.base import Backend, ModelError
 from ..cancel import CancelToken
 from ..config import Config
 from ..events import (AgentResult, ApprovalRequest, ApprovalRequired, AssistantMessage, Event,
@@ -33,15 +34,7 @@ from .preview import approval_request, scope_keys
 from .prompt import system_prompt
 
 
-class ModelError(Exception):
-    """The model could not produce a turn (e.g. the context is full); ends the message."""
-
-
-class Model(Protocol):
-    def generate(self, messages: list[dict[str, str]], cancel: CancelToken) -> Iterator[Event]:
-        """Stream one assistant turn: `TextDelta`s (and progress events), then exactly one
-        `GenerationStats` (finish_reason "cancelled" when `cancel` stopped it)."""
-        ...
+Model = Backend  # what the conversation talks to: any agent.backends.base.Backend
 
 
 class Approver(Protocol):
@@ -110,7 +103,8 @@ class Conversation:
         self.messages: list[dict[str, str]] = list(messages) if messages else []
         self._saved = len(self.messages)  # messages already persisted (a resumed history is)
         if not self.messages:
-            self._append({"role": "system", "content": system_prompt(self.root)})
+            native = bool(getattr(model, "native_tools", False))  # schemas sent by the backend
+            self._append({"role": "system", "content": system_prompt(self.root, native)})
         self.usage = Usage()  # the whole conversation
         self.always: set[str] = set()  # approval scopes the user answered "always" for
         self._warned = False

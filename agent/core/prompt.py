@@ -17,22 +17,27 @@ from .callformat import CLOSE, OPEN
 MAX_AGENTS_MD = 4000
 
 
-def system_prompt(root: Path) -> str:
+def system_prompt(root: Path, native_tools: bool = False) -> str:
+    """`native_tools`: the backend gives the model the tool schemas in the model's own tool
+    format (its chat template or a server's `tools` parameter), so they are not listed here."""
     lines = [
         "You are spec-agent, a coding agent working inside a code repository. Use the tools "
         "to look at files, change them and run commands. Paths are relative to the repository root.",
         "",
-        "To call a tool, write exactly one call and then stop:",
-        OPEN + '{"name":"read_file","arguments":{"path":"src/main.py"}}' + CLOSE,
+    ]
+    if not native_tools:
+        lines += ["To call a tool, write exactly one call and then stop:",
+                  OPEN + '{"name":"read_file","arguments":{"path":"src/main.py"}}' + CLOSE]
+    lines += [
         "The result comes back in the next message. To change a file, read it first, then use "
         "edit_file with `old` copied exactly from the file. When the task is done, reply with a "
         "short summary and no tool call.",
-        "",
-        "Tools:",
     ]
-    for tool in TOOLS.values():
-        schema = json.dumps(tool.schema["properties"], separators=(",", ":"))
-        lines.append(f"- {tool.name}: {tool.description} Arguments: {schema}")
+    if not native_tools:
+        lines += ["", "Tools:"]
+        for tool in TOOLS.values():
+            schema = json.dumps(tool.schema["properties"], separators=(",", ":"))
+            lines.append(f"- {tool.name}: {tool.description} Arguments: {schema}")
     text = agents_md(root)
     if text:
         lines += ["", "Project instructions (AGENTS.md):", text]

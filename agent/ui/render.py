@@ -22,6 +22,8 @@ _STREAMED = (AssistantMessage, ToolCallStarted, ToolCallFinished, ApprovalRequir
 
 
 def format_stats(s: GenerationStats) -> str:
+    if s.backend:
+        return _server_stats(s)
     line = (f"[{s.generated_tokens} tokens, decode {s.decode_tps:.1f} tok/s, prefill "
             f"{s.prefill_tps:.0f} tok/s, ttft {s.ttft_s:.2f}s, cache {s.cached_tokens}/"
             f"{s.prompt_tokens}, peak {s.peak_memory_gb:.2f} GB")
@@ -29,6 +31,17 @@ def format_stats(s: GenerationStats) -> str:
         line += (f", {s.drafter} K={s.k} acceptance {s.acceptance_rate:.0%} "
                  f"mean accepted {s.mean_accepted:.2f}")
     return line + "]"
+
+
+def _server_stats(s: GenerationStats) -> str:
+    """A server's turn: the backend, and only the figures it reported or the stream showed."""
+    parts = [s.backend, f"{s.generated_tokens} tokens", f"decode {s.decode_tps:.1f} tok/s",
+             f"ttft {s.ttft_s:.2f}s"]
+    if s.cache_reported:
+        parts.append(f"cache {s.cached_tokens}/{s.prompt_tokens}")
+    if s.drafted:
+        parts.append(f"server drafts: {s.accepted}/{s.drafted} accepted")
+    return "[" + ", ".join(parts) + "]"
 
 
 def _short(text: str, n: int = 200) -> str:

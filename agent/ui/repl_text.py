@@ -86,7 +86,7 @@ class Meter:
     def _stats(self, s: GenerationStats) -> None:
         self.tps, self.k = s.decode_tps, s.k
         self.context, self.window = s.context_tokens or self.context, s.context_limit or self.window
-        self.cached, self.prompt = s.cached_tokens, s.prompt_tokens
+        self.cached, self.prompt = s.cached_tokens, s.prompt_tokens if s.cache_reported else 0
         if s.drafted:
             self.drafted, self.acceptance, self.mean_accepted = s.drafted, s.acceptance_rate, s.mean_accepted
         if not self.speculation:

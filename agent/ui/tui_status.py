@@ -40,11 +40,13 @@ class Figures:
 
     def with_stats(self, s: GenerationStats) -> Figures:
         spec = "on" if s.speculative else self.spec if self.spec in ("auto-off", "off") else "off"
+        if s.backend and not s.speculative:
+            spec = "?"  # a server that does not report drafting may still draft
         return replace(self, tps=s.decode_tps, spec=spec,
                        acc=s.acceptance_rate if s.drafted else self.acc,
                        mean=s.mean_accepted if s.rounds else self.mean, k=s.k or self.k,
                        ctx=s.context_tokens or self.ctx, limit=s.context_limit or self.limit,
-                       cache=(s.cached_tokens, s.prompt_tokens))
+                       cache=(s.cached_tokens, s.prompt_tokens) if s.cache_reported else None)
 
     def line(self) -> str:
         spec = f"spec {self.spec}"

@@ -1,0 +1,130 @@
+"""One streamed chat completion → the agent's events: text deltas, tool calls as `<tool_call>`
+text, and the turn's `GenerationStats` from what the server reported and what the stream
+showed.
+
+Figures: decode tok/s is measured on the stream (completion tokens after the first, over the
+time from the first to the last delta); token counts come from the server's `usage` (or, when
+it sends none, the number of content deltas); cached prompt tokens from
+`usage.prompt_tokens_details.cached_tokens` (or llama-server's `timings.cache_n`); draft
+acceptance from llama-server's `timings.draft_n` / `draft_n_accepted`. A figure the server
+did not report stays 0 and is marked as not reported; none is made up. Not here: HTTP and
+retries (agent/backends/openai.py).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core.callformat import CLOSE, OPEN
+from ..events import GenerationStats, TextDelta
+from .base import ModelError
+
+FINISH = {"stop": "stop", "tool_calls": "stop", "function_call": "stop", "length": "length",
+          "eos": "stop"}
+
+
+@dataclass
+class _Call:
+    name: str = ""
+    arguments: str = ""
+
+
+@dataclass
+class StreamState:
+    """What one streamed completion has delivered so far."""
+
+    started: float  # when the request was sent (perf_counter)
+    first: float = 0.0  # first delta with text or a call
+    last: float = 0.0
+    deltas: int = 0
+    calls: dict[int, _Call] = field(default_factory=dict)
+    finish: str = ""
+    usage: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, Any] = field(default_factory=dict)
+
+    def feed(self, data: str) -> list[TextDelta]:
+        """Take one SSE `data` payload; returns the text to show now."""
+        try:
+            chunk = json.loads(data)
+        except json.JSONDecodeError as e:
+            raise ModelError(f"the server sent a malformed stream chunk ({e.msg}): {data[:80]!r}") from None
+        if not isinstance(chunk, dict):
+            raise ModelError(f"the server sent a malformed stream chunk: {data[:80]!r}")
+        if "error" in chunk:
+            err = chunk["error"]
+            msg = err.get("message", err) if isinstance(err, dict) else err
+            raise ModelError(f"the server reported an error mid-stream: {one_line(str(msg))}")
+        if isinstance(chunk.get("usage"), dict):
+            self.usage = chunk["usage"]
+        if isinstance(chunk.get("timings"), dict):
+            self.timings = chunk["timings"]
+        out: list[TextDelta] = []
+        for choice in chunk.get("choices") or []:
+            out += self._choice(choice)
+        return out
+
+    def _choice(self, choice: dict[str, Any]) -> list[TextDelta]:
+        if choice.get("finish_reason"):
+            self.finish = str(choice["finish_reason"])
+        delta = choice.get("delta") or {}
+        out = []
+        text = delta.get("content")
+        if isinstance(text, str) and text:
+            self._tick()
+            out.append(TextDelta(text, ()))
+        for tc in delta.get("tool_calls") or []:
+            self._tick()
+            call = self.calls.setdefault(int(tc.get("index", len(self.calls))), _Call())
+            fn = tc.get("function") or {}
+            call.name += fn.get("name") or ""
+            args = fn.get("arguments")
+            call.arguments += args if isinstance(args, str) else json.dumps(args or {})
+        return out
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        self.first = self.first or now
+        self.last = now
+        self.deltas += 1
+
+    def call_texts(self) -> list[str]:
+        """The streamed tool calls in the conversation's `<tool_call>` format (arguments that
+        are not JSON are kept as a string: validation then tells the model)."""
+        out = []
+        for _, c in sorted(self.calls.items()):
+            try:
+                args: Any = json.loads(c.arguments) if c.arguments.strip() else {}
+            except json.JSONDecodeError:
+                args = c.arguments
+            out.append(OPEN + json.dumps({"name": c.name, "arguments": args}, ensure_ascii=False) + CLOSE)
+        return out
+
+    def stats(self, backend: str, cancelled: bool) -> GenerationStats:
+        u, t = self.usage, self.timings
+        now = time.perf_counter()
+        generated = int(u.get("completion_tokens", self.deltas) or 0)
+        prompt = int(u.get("prompt_tokens", t.get("prompt_n", 0)) or 0)
+        details = u.get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens", t.get("cache_n"))
+        ttft = (self.first or now) - self.started
+        decode_s = max(self.last - self.first, 0.0) if self.first else 0.0
+        tps = (generated - 1) / decode_s if generated > 1 and decode_s > 0 else 0.0
+        prefill_s = float(t["prompt_ms"]) / 1000 if "prompt_ms" in t else ttft
+        new = prompt - int(cached or 0)
+        drafted, accepted = int(t.get("draft_n", 0) or 0), int(t.get("draft_n_accepted", 0) or 0)
+        return GenerationStats(
+            prompt_tokens=prompt, cached_tokens=int(cached or 0), generated_tokens=generated,
+            prefill_s=prefill_s, prefill_tps=new / prefill_s if prompt and prefill_s > 0 else 0.0,
+            decode_s=decode_s, decode_tps=tps, ttft_s=ttft, peak_memory_gb=0.0,
+            finish_reason="cancelled" if cancelled else FINISH.get(self.finish, self.finish or "stop"),
+            context_tokens=prompt + generated, speculative=drafted > 0, drafter="server" if drafted else "",
+            drafted=drafted, accepted=accepted, backend=backend, cache_reported=cached is not None,
+        )
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
