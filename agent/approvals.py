@@ -3,21 +3,28 @@
 Modes (`Config.approval_mode`): `suggest` asks before every edit and shell command,
 `auto-edit` lets edits through and asks for shell commands, `full-auto` asks for nothing,
 except that destructive shell commands (the denylist below) always ask, whatever the mode.
-A command is split into simple commands (quotes removed, `;`/`&&`/`|`/newlines/`$(...)`
-separate them) and each is judged on its words, so flag order and quoting do not matter.
-This is a safety net for a model's mistakes, not a sandbox: a determined script can hide
-what it does (variables, interpreters), and this module does not try to see through that.
-It only decides; asking (a prompt, a dialog) or stopping a non-interactive run is the caller's.
+A command is split into simple commands by agent/shellparse.py (quotes, comments, line
+continuations, here-documents; the commands inside `$(...)` and backticks are judged too, and
+such a substitution used as an operand counts as a path known only when the command runs).
+Wrappers (`timeout`, `nice`, `env`, `setsid`, `nohup`, `stdbuf`, `xargs`, `sudo`, `exec`, ...)
+are looked through, `sh -c`/`bash -c` strings and `find -exec` commands judged as commands,
+and git's long options match by unambiguous prefix as git itself accepts them (`--har`).
+This is an early "are you sure", not what protects the user: the OS sandbox limits what a
+command can touch and snapshots let `spec-agent undo` bring back what it destroyed inside the
+repository. A determined script can hide what it does (variables, interpreters), and this
+module does not try to see through that. It only decides; asking (a prompt, a dialog) or
+stopping a non-interactive run is the caller's.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .shellparse import SUBST, simple_commands
 
 MODES = ("suggest", "auto-edit", "full-auto")
 
@@ -32,9 +39,24 @@ DENYLIST: tuple[tuple[str, str], ...] = (
     (r"\b(sudo|su|doas)\s", "runs as another user"),
     (r"\b(curl|wget)\b[^|]*\|\s*(sudo\s+)?(ba|z|da)?sh\b", "pipes a download into a shell"),
 )
-_SEPARATORS = {";", "&&", "||", "|", "&", "(", ")", "$", "|&", ";;", "{", "}", "!"}
-_PREFIXES = {"command", "builtin", "exec", "nohup", "time", "env", "nice", "then", "do", "else",
-             "elif", "if", "while", "until", "xargs"}
+_KEYWORDS = {"then", "do", "else", "elif", "if", "while", "until", "time", "!"}
+# Programs that run the command in their arguments: options taking a value (short letters,
+# long names), and how many plain arguments come before the command.
+_WRAPPERS: dict[str, tuple[str, tuple[str, ...], int]] = {
+    "command": ("", (), 0), "builtin": ("", (), 0), "exec": ("a", (), 0), "nohup": ("", (), 0),
+    "setsid": ("", (), 0), "time": ("fo", ("--format", "--output"), 0),
+    "env": ("uCS", ("--unset", "--chdir", "--split-string"), 0),
+    "nice": ("n", ("--adjustment",), 0), "ionice": ("cnp", ("--class", "--classdata", "--pid"), 0),
+    "timeout": ("sk", ("--signal", "--kill-after"), 1),
+    "stdbuf": ("ioe", ("--input", "--output", "--error"), 0),
+    "xargs": ("aEedIiLlnPs", ("--arg-file", "--delimiter", "--eof", "--replace", "--max-lines",
+                              "--max-args", "--max-procs", "--max-chars", "--process-slot-var"), 0),
+    "sudo": ("CDghpRrTtUu", ("--close-from", "--chdir", "--group", "--host", "--prompt",
+                            "--chroot", "--role", "--type", "--other-user", "--user"), 0),
+    "doas": ("Cu", (), 0), "chrt": ("", (), 1), "taskset": ("", (), 1), "unbuffer": ("", (), 0),
+    "flock": ("Ew", ("--conflict-exit-code", "--wait", "--timeout"), 1),
+}
+_SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "busybox"}
 _SAFE_DEV = ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd/")
 # What each file-changing command writes: "all" operands, the "last" one, or all "but-first".
 _WRITERS = {"rm": "all", "rmdir": "all", "unlink": "all", "shred": "all", "truncate": "all",
@@ -48,32 +70,6 @@ _STASH_SAFE = {"list", "show", "apply", "pop", "branch", "create", "store"}
 class Decision:
     ask: bool
     reason: str = ""
-
-
-def _words(command: str) -> list[str]:
-    """Shell words with quotes removed; operators (`;`, `&&`, `|`, `>`, ...) are their own words."""
-    text = command.replace("`", " ; ").replace("\n", " ; ")
-    for attempt in (text, text.replace('"', " ").replace("'", " ")):  # 2nd: unbalanced quotes
-        lexer = shlex.shlex(attempt, posix=True, punctuation_chars=True)
-        lexer.whitespace_split = True
-        try:
-            return list(lexer)
-        except ValueError:
-            continue
-    return text.split()
-
-
-def _simple_commands(words: list[str]) -> list[list[str]]:
-    """Split words at separators; redirections stay inside their command."""
-    out, cur = [], []
-    for w in words:
-        if w in _SEPARATORS:
-            if cur:
-                out.append(cur)
-            cur = []
-        else:
-            cur.append(w)
-    return out + ([cur] if cur else [])
 
 
 def _home() -> Path:
@@ -112,14 +108,22 @@ def _operands(args: list[str]) -> list[str]:
     return [a for a in args if not a.startswith("-")]
 
 
-def _has_flag(args: list[str], short: str, *long: str) -> bool:
-    """`-x` alone or bundled (`-rf`), or one of the long forms."""
+def _has_flag(args: list[str], short: str, *long: str, prefix: bool = False) -> bool:
+    """`-x` alone or bundled (`-rf`), or one of the long forms; with `prefix`, also a long
+    form cut short (`--har` for `--hard`), as git's option parser accepts unambiguous ones."""
     for a in args:
         if a == "--":
             return False
-        if a in long or (short and a.startswith("-") and not a.startswith("--") and short in a[1:]):
+        name = a.split("=", 1)[0]
+        if name in long or (short and a.startswith("-") and not a.startswith("--") and short in a[1:]):
+            return True
+        if prefix and name.startswith("--") and len(name) >= 3 and any(lo.startswith(name) for lo in long):
             return True
     return False
+
+
+def _git_flag(args: list[str], short: str, *long: str) -> bool:
+    return _has_flag(args, short, *long, prefix=True)
 
 
 def _split_redirects(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -144,32 +148,53 @@ def _split_redirects(argv: list[str]) -> tuple[list[str], list[str]]:
     return words, targets
 
 
+_GIT_HISTORY = {"reflog": ("expire", "delete"), "update-ref": ("-d", "--delete"),
+                "gc": ("--prune", "--prune=now", "--prune=all"), "prune": None,
+                "filter-branch": None, "filter-repo": None}
+
+
+def _git_globals(args: list[str]) -> tuple[list[str], str]:
+    """(args from the subcommand on, why the global options alone are risky or '')."""
+    why = ""
+    while args and args[0].startswith("-"):  # global options: -C dir, -c k=v, --no-pager, ...
+        if args[0] == "-c" and len(args) > 1 and args[1].lower().startswith("alias."):
+            why = "defines a git alias on the command line (it can run anything)"
+        takes_value = args[0] in ("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env")
+        args = args[2:] if takes_value else args[1:]
+    return args, why
+
+
 def _git_why(args: list[str], cwd: Path) -> str:
     """Why a `git ...` command (args after `git`) loses work, or ''."""
-    while args and args[0].startswith("-"):  # global options: -C dir, -c k=v, --no-pager, ...
-        args = args[2:] if args[0] in ("-C", "-c", "--git-dir", "--work-tree", "--namespace") else args[1:]
-    if not args:
-        return ""
+    args, why = _git_globals(args)
+    if why or not args:
+        return why
     sub, rest = args[0], args[1:]
     lose = "discards uncommitted work"
-    if sub == "reset" and _has_flag(rest, "", "--hard", "--merge"):
+    if sub == "reset" and _git_flag(rest, "", "--hard", "--merge"):
         return f"git reset --hard {lose}"
     if sub == "clean" and not _has_flag(rest, "n", "--dry-run"):
         return "git clean deletes untracked files"
     if sub == "stash" and (not rest or rest[0] not in _STASH_SAFE):
         return "git stash hides or deletes uncommitted work"
-    if sub == "restore" and not (_has_flag(rest, "S", "--staged") and not _has_flag(rest, "W", "--worktree")):
+    if sub == "restore" and not (_has_flag(rest, "S", "--staged") and not _git_flag(rest, "W", "--worktree")):
         return f"git restore {lose}"
-    if sub in ("checkout", "switch") and _has_flag(rest, "f", "--force", "--discard-changes"):
+    if sub in ("checkout", "switch") and _git_flag(rest, "f", "--force", "--discard-changes"):
         return f"git {sub} --force {lose}"
     if sub == "checkout" and ("--" in rest or any(
             a in (".", ":/") or "*" in a or (cwd / a).exists() for a in _operands(rest))):
         return f"git checkout of paths {lose}"
-    if sub == "rm" and _has_flag(rest, "f", "--force"):
+    if sub == "rm" and _git_flag(rest, "f", "--force"):
         return f"git rm --force {lose}"
-    if sub == "push" and (_has_flag(rest, "f", "--force", "--force-with-lease", "--mirror")
-                          or any(a.startswith(("--force-with-lease=", "+")) for a in rest)):
+    if sub == "push" and (_git_flag(rest, "f", "--force", "--force-with-lease", "--mirror")
+                          or any(a.startswith("+") for a in rest)):
         return "force push"
+    if sub == "branch" and (_has_flag(rest, "D") or (_git_flag(rest, "d", "--delete")
+                                                      and _git_flag(rest, "f", "--force"))):
+        return "git branch -D deletes a branch whatever it holds"
+    if sub in _GIT_HISTORY and (_GIT_HISTORY[sub] is None or any(
+            a in _GIT_HISTORY[sub] or a.startswith("--prune=") for a in rest)):
+        return f"git {sub} drops history git could otherwise recover"
     return ""
 
 
@@ -181,11 +206,18 @@ def _rm_why(args: list[str], cwd: Path, root: Path) -> str:
         full = _target(a, cwd)
         if recursive and full is None:
             return f"recursive delete of {a}, a path known only when the command runs"
-        if recursive and full is not None and (full == root or a.rstrip("/") in ("*", "./*", ".*")):
+        if recursive and full is not None and (full == root or _matches_all(a)):
             return "recursive delete of the whole repo"
         if recursive and full is not None and any(p.casefold() == ".git" for p in full.parts):
             return "deletes the git history (.git)"  # (`rm .git/index.lock` is fine)
     return ""
+
+
+def _matches_all(word: str) -> bool:
+    """A glob that matches every name at its level (`*`, `.*`, `?*`, `[a-z]*`, `./*/`)."""
+    rest = word.removeprefix("./").rstrip("/")
+    rest = re.sub(r"\[[^\]]*\]", "?", rest)
+    return bool(rest) and set(rest) <= set("*?.") and bool(set(rest) & set("*?"))
 
 
 def _writes_outside(name: str, args: list[str], cwd: Path, root: Path) -> str:
@@ -205,12 +237,37 @@ def _writes_outside(name: str, args: list[str], cwd: Path, root: Path) -> str:
     return ""
 
 
-def _without_prefixes(words: list[str]) -> list[str]:
-    """`env X=1 nohup rm ...` → `rm ...`: the words of the program that really runs."""
-    while words and (words[0] in _PREFIXES or re.fullmatch(r"\w+=.*", words[0])
-                     or (words[0].startswith("-") and len(words) > 1)):
-        words = words[1:]
+def _skip_options(words: list[str], short: str, long: tuple[str, ...]) -> list[str]:
+    """`words` after the leading options of a wrapper (and the values they take)."""
+    while words and words[0].startswith("-") and words[0] != "-":
+        w, words = words[0], words[1:]
+        if w == "--":
+            break
+        takes = (w.startswith("--") and "=" not in w and w in long) or (
+            not w.startswith("--") and len(w) == 2 and w[1] in short)
+        if takes and words:
+            words = words[1:]
     return words
+
+
+def _without_prefixes(words: list[str]) -> tuple[list[str], bool]:
+    """`env X=1 timeout 5 nohup rm ...` → `rm ...`: the words of the program that really runs,
+    and whether a wrapper (xargs) feeds it operands the text does not show."""
+    fed = False
+    while words:
+        name = os.path.basename(words[0])
+        if words[0] in _KEYWORDS or re.fullmatch(r"\w+=.*", words[0]):
+            words = words[1:]
+        elif name in _WRAPPERS:
+            short, long, plain = _WRAPPERS[name]
+            fed = fed or name == "xargs"
+            words = _skip_options(words[1:], short, long)
+            while words and name == "env" and re.fullmatch(r"\w+=.*", words[0]):
+                words = words[1:]
+            words = words[plain:]
+        else:
+            break
+    return words, fed
 
 
 def programs(command: str) -> list[str] | None:
@@ -218,15 +275,54 @@ def programs(command: str) -> list[str] | None:
     in order without repeats; None when one cannot be known from the text (a variable, a
     shell or `eval` running a string)."""
     out: list[str] = []
-    for argv in _simple_commands(_words(command)):
-        words = _without_prefixes(_split_redirects(argv)[0])
+    for argv in simple_commands(command):
+        words = _without_prefixes(_split_redirects(argv)[0])[0]
         if not words:
             continue
         name = os.path.basename(words[0])
-        if "$" in words[0] or name in ("sh", "bash", "zsh", "dash", "ksh", "eval"):
-            return None
+        if "$" in words[0] or name in (*_SHELLS, "eval", "find"):
+            return None  # (find runs what -exec names)
         out.append(name)
     return list(dict.fromkeys(out)) or None
+
+
+def _shell_why(args: list[str], cwd: Path, root: Path) -> str:
+    """`sh -c SCRIPT` / `bash -lc SCRIPT`: the script judged as a command line."""
+    for i, a in enumerate(args):
+        if not a.startswith("-") or a.startswith("--"):
+            if a.startswith("--"):
+                continue
+            return ""  # a script file: not seen from here
+        if "c" in a[1:]:
+            script = next((w for w in args[i + 1:] if not w.startswith("-")), "")
+            return denylisted(script, root, cwd)
+    return "a shell running commands from its input, which the text does not show"
+
+
+def _find_why(args: list[str], cwd: Path, root: Path) -> str:
+    """`find ... -delete` of the whole repo or outside it; `-exec CMD {} ;` judged as CMD."""
+    i = 0
+    while i < len(args):
+        if args[i] in ("-exec", "-execdir", "-ok", "-okdir"):
+            end = next((j for j in range(i + 1, len(args)) if args[j] in (";", "+")), len(args))
+            sub = [SUBST if "{}" in w else w for w in args[i + 1:end]]
+            why = _command_why(sub, cwd, root) if sub else ""
+            if why:
+                return f"find -exec: {why}"
+            i = end
+        i += 1
+    if "-delete" not in args:
+        return ""
+    starts = [a for a in args[:next((i for i, a in enumerate(args) if a.startswith("-")), len(args))]
+              if a not in ("-H", "-L", "-P")] or ["."]
+    for start in starts:
+        if _outside(start, cwd, root):
+            return f"deletes outside the repo ({start})"
+    names = {"-name", "-iname", "-path", "-ipath", "-wholename", "-iwholename", "-regex", "-iregex",
+             "-newer", "-mtime", "-mmin", "-size", "-empty", "-lname", "-samefile", "-inum"}
+    if not names & set(args) and any(_target(s, cwd) in (None, root) for s in starts):
+        return "find -delete of everything in the repo"
+    return ""
 
 
 def _command_why(argv: list[str], cwd: Path, root: Path) -> str:
@@ -235,20 +331,20 @@ def _command_why(argv: list[str], cwd: Path, root: Path) -> str:
     for t in redirects:
         if _outside(t, cwd, root):
             return f"writes outside the repo ({t})"
-    words = _without_prefixes(words)
+    words, fed = _without_prefixes(words)
     if not words:
         return ""
-    name, args = os.path.basename(words[0]), words[1:]
-    if name in ("sh", "bash", "zsh", "dash", "ksh") and "-c" in args[:-1]:
-        return denylisted(args[args.index("-c") + 1], root, cwd)
+    name, args = os.path.basename(words[0]), words[1:] + ([SUBST] if fed else [])
+    if "$" in words[0]:
+        return f"runs a program known only when the command runs ({words[0]})"
+    if name in _SHELLS:
+        return _shell_why(args, cwd, root)
     if name == "eval":
         return denylisted(" ".join(args), root, cwd)
     if name == "git":
         return _git_why(args, cwd)
-    if name == "find" and {"-delete", "-exec", "-execdir"} & set(args):
-        first_test = next((i for i, a in enumerate(args) if a.startswith("-")), len(args))
-        return next((f"deletes outside the repo ({s})" for s in args[:first_test]
-                     if _outside(s, cwd, root)), "")
+    if name == "find":
+        return _find_why(args, cwd, root)
     if name == "chmod" and _has_flag(args, "R", "--recursive") and "/" in _operands(args):
         return "recursive chmod of /"
     if name == "rm":
@@ -262,12 +358,12 @@ def denylisted(command: str, root: Path | None = None, cwd: Path | None = None) 
     """Why `command` (run in `root`, the repo) is destructive; '' when it is not."""
     root = (root or Path.cwd()).resolve()
     cwd = cwd or root
-    words = _words(command)
-    flat = " ".join(words)
+    commands = simple_commands(command)
+    flat = " ; ".join(" ".join(argv) for argv in commands)
     for pattern, why in DENYLIST:
         if re.search(pattern, flat) or re.search(pattern, command):
             return why
-    for argv in _simple_commands(words):
+    for argv in commands:
         if argv[0] in ("cd", "pushd"):  # later relative paths are relative to the new folder
             dest = _target(argv[1], cwd) if len(argv) > 1 else _home()
             cwd = dest if dest is not None else Path("/")  # unknown: assume the worst
