@@ -1,0 +1,367 @@
+"""`spec-agent acp` driven over real pipes by the ACP SDK's client side.
+
+Most tests run the server on the scripted model (tests/acp_scripted.py: the same parsing,
+config and server as `spec-agent acp`, only the model differs); the real-engine tests run
+`python -m agent.cli acp` itself with a tiny random model, and with the embedded SmolLM2.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import shutil
+import sys
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+import pytest
+from acp import spawn_agent_process, text_block
+from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
+from scripted import SAMPLE, call, make_repo
+
+from agent.core.history import HistoryStore
+
+HERE = Path(__file__).resolve().parent
+LAUNCHER = HERE / "acp_scripted.py"
+EDIT = call("edit_file", path="calc.py", edits=[{"old": "return a + b", "new": "return b + a"}])
+TIMEOUT_S = 60
+
+
+class Client:
+    """An ACP client that records what the agent sends and answers permission requests
+    with `answer`: "yes" | "always" | "no" (an option id), or "wait" (until cancelled)."""
+
+    def __init__(self, answer: str = "yes") -> None:
+        self.answer = answer
+        self.updates: list[Any] = []
+        self.asked: list[Any] = []
+        self.chunk = asyncio.Event()
+        self.asking = asyncio.Event()
+        self.cancelled = asyncio.Event()
+
+    async def session_update(self, session_id: str, update: Any, **_: Any) -> None:
+        self.updates.append(update)
+        if update.session_update == "agent_message_chunk":
+            self.chunk.set()
+
+    async def request_permission(self, session_id: str, tool_call: Any, options: list[Any],
+                                 **_: Any) -> RequestPermissionResponse:
+        self.asked.append((tool_call, options))
+        self.asking.set()
+        if self.answer == "wait":
+            await self.cancelled.wait()
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        return RequestPermissionResponse(outcome=AllowedOutcome(outcome="selected", option_id=self.answer))
+
+    def of(self, kind: str) -> list[Any]:
+        return [u for u in self.updates if u.session_update == kind]
+
+    def text(self) -> str:
+        return "".join(u.content.text for u in self.of("agent_message_chunk"))
+
+
+@asynccontextmanager
+async def serve(client: Client, argv: list[str], cwd: Path, home: Path,
+                observers: list[Any] | None = None) -> AsyncIterator[tuple[Any, Any, Path]]:
+    """Start an agent (`argv` after the Python interpreter) with its own home; yields the
+    client connection, the process and the file its stderr goes to."""
+    err_path = home / f"stderr-{len(list(home.glob('stderr-*')))}.txt"
+    home.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ, SPEC_AGENT_HOME=str(home))
+    with err_path.open("w") as err:
+        async with spawn_agent_process(client, sys.executable, *argv, env=env, cwd=cwd,
+                                       transport_kwargs={"stderr": err},
+                                       observers=observers or []) as (conn, proc):
+            yield conn, proc, err_path
+
+
+def scripted(tmp_path: Path, turns: list[str], *flags: str) -> list[str]:
+    script = tmp_path / f"script-{len(list(tmp_path.glob('script-*')))}.json"
+    script.write_text(json.dumps(turns))
+    return [str(LAUNCHER), str(script), *flags]
+
+
+async def start(conn: Any, repo: Path) -> str:
+    init = await conn.initialize(protocol_version=1)
+    assert init.protocol_version == 1 and init.agent_info.name == "spec-agent"
+    assert init.agent_capabilities.load_session is True
+    session = await conn.new_session(cwd=str(repo), mcp_servers=[])
+    assert session.modes.current_mode_id == "suggest"
+    assert [m.id for m in session.modes.available_modes] == ["suggest", "auto-edit", "full-auto"]
+    return session.session_id
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, TIMEOUT_S))
+
+
+@pytest.fixture
+def repo(tmp_path: Path) -> Path:
+    return make_repo(tmp_path / "repo", SAMPLE)
+
+
+def saved(repo: Path, home: Path, session_id: str) -> list[dict[str, str]]:
+    return HistoryStore(repo, home=home).load(session_id)
+
+
+# ---- a prompt streams ----------------------------------------------------------------------
+
+
+def test_prompt_streams_chunks_and_figures(tmp_path, repo, caplog):
+    answer = "Hello! calc.py defines add and sub; both take two numbers."
+    client = Client()
+
+    async def go() -> Any:
+        async with serve(client, scripted(tmp_path, [answer]), repo, tmp_path / "home") as (conn, _, err):
+            sid = await start(conn, repo)
+            response = await conn.prompt(session_id=sid, prompt=[text_block("What is in calc.py?")])
+            return sid, response, err
+
+    with caplog.at_level(logging.WARNING):
+        sid, response, err = run(go())
+    chunks = client.of("agent_message_chunk")
+    assert len(chunks) >= 2 and client.text() == answer  # streamed in pieces, nothing lost
+    assert response.stop_reason == "end_turn"
+    assert response.usage.output_tokens > 0 and response.usage.cached_read_tokens == 80
+    meta = response.field_meta["spec-agent"]
+    assert meta["decode_tps"] > 0 and meta["acceptance_rate"] == 0.5 and meta["cache_hit_rate"] == 0.8
+    usage = client.of("usage_update")
+    assert usage and usage[-1].size == 2048 and 0 < usage[-1].used <= 2048
+    assert usage[-1].field_meta["spec-agent"]["decode_tps"] > 0
+    log = err.read_text()
+    assert "serving" in log and "stray print from the model" in log and "stray write to fd 1" in log
+    assert not [r for r in caplog.records if "pars" in r.getMessage().lower()]  # stdout stayed JSON
+    assert [m["role"] for m in saved(repo, tmp_path / "home", sid)] == ["system", "user", "assistant"]
+
+
+# ---- tool calls and permissions ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("answer", ["yes", "no"])
+def test_tool_call_round_trip_with_permission(tmp_path, repo, answer):
+    client = Client(answer)
+    before = (repo / "calc.py").read_text()
+
+    async def go() -> Any:
+        async with serve(client, scripted(tmp_path, [EDIT, "Done."]), repo, tmp_path / "home") as (conn, _, _e):
+            sid = await start(conn, repo)
+            return sid, await conn.prompt(session_id=sid, prompt=[text_block("swap the operands")])
+
+    sid, response = run(go())
+    assert response.stop_reason == "end_turn" and client.text().endswith("Done.")
+    (tool_call, options), = client.asked
+    assert [o.kind for o in options] == ["allow_once", "allow_always", "reject_once"]
+    diff = tool_call.content[0]
+    assert tool_call.kind == "edit" and diff.type == "diff" and diff.path == str(repo / "calc.py")
+    assert diff.old_text == before and diff.new_text == before.replace("a + b", "b + a")
+    started, = client.of("tool_call")
+    finished, = client.of("tool_call_update")
+    assert started.tool_call_id == finished.tool_call_id == tool_call.tool_call_id
+    assert started.status == "pending" and started.content[0].new_text == diff.new_text
+    history = saved(repo, tmp_path / "home", sid)
+    if answer == "yes":
+        assert finished.status == "completed" and (repo / "calc.py").read_text() == diff.new_text
+        assert any("committed" in u.content.text for u in client.of("agent_message_chunk"))
+    else:
+        assert finished.status == "failed" and (repo / "calc.py").read_text() == before
+        assert "did not approve" in history[-2]["content"]  # the model was told, and went on
+
+
+def test_always_and_modes(tmp_path, repo):
+    """"Always" covers later edits in the conversation; full-auto mode asks for none."""
+    second = call("write_file", path="notes.txt", content="x\n")
+    third = call("write_file", path="more.txt", content="y\n")
+    client = Client("always")
+
+    async def go() -> None:
+        turns = [EDIT, second, "ok", third, "ok"]
+        async with serve(client, scripted(tmp_path, turns), repo, tmp_path / "home") as (conn, _, _e):
+            sid = await start(conn, repo)
+            await conn.prompt(session_id=sid, prompt=[text_block("two edits")])
+            assert len(client.asked) == 1  # the second edit was covered by "always"
+            other = await conn.new_session(cwd=str(repo), mcp_servers=[])
+            await conn.set_session_mode(session_id=other.session_id, mode_id="full-auto")
+            await conn.prompt(session_id=other.session_id, prompt=[text_block("one more")])
+
+    run(go())
+    assert len(client.asked) == 1
+    assert (repo / "notes.txt").read_text() == "x\n" and (repo / "more.txt").read_text() == "y\n"
+    assert [u.status for u in client.of("tool_call_update")] == ["completed"] * 3
+
+
+# ---- cancel ------------------------------------------------------------------------------------
+
+
+def test_cancel_mid_generation_and_while_asking(tmp_path, repo):
+    client = Client("wait")
+    home = tmp_path / "home"
+
+    async def go() -> Any:
+        async with serve(client, scripted(tmp_path, ["<slow>", "Back again.", EDIT]), repo, home) as (conn, _, _e):
+            sid = await start(conn, repo)
+            turn = asyncio.create_task(conn.prompt(session_id=sid, prompt=[text_block("count")]))
+            await client.chunk.wait()
+            await conn.cancel(session_id=sid)
+            first = await turn
+            second = await conn.prompt(session_id=sid, prompt=[text_block("hello?")])
+            turn = asyncio.create_task(conn.prompt(session_id=sid, prompt=[text_block("edit")]))
+            await client.asking.wait()
+            await conn.cancel(session_id=sid)
+            client.cancelled.set()  # as the protocol asks: answer pending requests "cancelled"
+            third = await turn
+            return sid, first, second, third
+
+    sid, first, second, third = run(go())
+    assert first.stop_reason == "cancelled" and second.stop_reason == "end_turn"
+    assert third.stop_reason == "cancelled"
+    assert (repo / "calc.py").read_text() == SAMPLE["calc.py"]  # the cancelled edit never ran
+    history = saved(repo, home, sid)
+    roles = [m["role"] for m in history]
+    assert roles[:5] == ["system", "user", "assistant", "user", "assistant"]
+    assert history[2]["content"].startswith("tick") and history[4]["content"] == "Back again."
+    # the cancelled call got a result, so the history stays well-formed for the next turn
+    assert roles[5:] == ["user", "assistant", "user"] and "<tool_result" in history[7]["content"]
+
+
+# ---- bad input ---------------------------------------------------------------------------------
+
+
+def test_malformed_messages_get_errors_and_serving_goes_on(tmp_path, repo):
+    client = Client()
+    errors: list[dict] = []
+
+    def observe(event: Any) -> None:
+        if event.direction.value == "incoming" and "error" in event.message:
+            errors.append(event.message)
+
+    async def go() -> Any:
+        argv = scripted(tmp_path, ["Still here."])
+        async with serve(client, argv, repo, tmp_path / "home", [observe]) as (conn, proc, _e):
+            sid = await start(conn, repo)
+            for line in (b"{this is not json\n", b"[1, 2, 3]\n", b"\xff\xfe\n",
+                         b'{"jsonrpc": "2.0", "id": 901, "method": "session/prompt", "params": {"sessionId": 5}}\n',
+                         b'{"jsonrpc": "2.0", "id": 902, "method": "no/such_method", "params": {}}\n',
+                         b'{"jsonrpc": "2.0", "id": 903, "method": "session/prompt", '
+                         b'"params": {"sessionId": "nope", "prompt": []}}\n'):
+                proc.stdin.write(line)
+            await proc.stdin.drain()
+            return await conn.prompt(session_id=sid, prompt=[text_block("are you alive?")])
+
+    response = run(go())
+    assert response.stop_reason == "end_turn" and client.text() == "Still here."
+    by_id = {e["id"]: e["error"]["code"] for e in errors if e["id"] is not None}
+    assert by_id == {901: -32602, 902: -32601, 903: -32602}
+    assert sorted(e["error"]["code"] for e in errors if e["id"] is None) == [-32700, -32700, -32600]
+
+
+# ---- resumable sessions ------------------------------------------------------------------------
+
+
+def test_load_session_replays_and_continues(tmp_path, repo):
+    home = tmp_path / "home"
+    first, second = Client(), Client()
+
+    async def go() -> Any:
+        async with serve(first, scripted(tmp_path, ["First answer."]), repo, home) as (conn, _, _e):
+            sid = await start(conn, repo)
+            await conn.prompt(session_id=sid, prompt=[text_block("first question")])
+        async with serve(second, scripted(tmp_path, ["Second answer."]), repo, home) as (conn, _, _e):
+            await conn.initialize(protocol_version=1)
+            listed = await conn.list_sessions(cwd=str(repo))
+            loaded = await conn.load_session(cwd=str(repo), session_id=sid, mcp_servers=[])
+            replayed = list(second.updates)
+            response = await conn.prompt(session_id=sid, prompt=[text_block("second question")])
+            return sid, listed, loaded, replayed, response
+
+    sid, listed, loaded, replayed, response = run(go())
+    assert [(s.session_id, s.title) for s in listed.sessions] == [(sid, "first question")]
+    assert loaded.modes.current_mode_id == "suggest"
+    assert [(u.session_update, u.content.text) for u in replayed] == [
+        ("user_message_chunk", "first question"), ("agent_message_chunk", "First answer.")]
+    assert response.stop_reason == "end_turn"
+    contents = [m["content"] for m in saved(repo, home, sid)[1:]]
+    assert contents == ["first question", "First answer.", "second question", "Second answer."]
+
+
+# ---- the real engine ---------------------------------------------------------------------------
+
+
+def real(model: Path | str, *flags: str, before: tuple[str, ...] = ()) -> list[str]:
+    """`spec-agent [before] acp -m model [flags]` as a module run."""
+    return ["-m", "agent.cli", *before, "acp", "-m", str(model), *flags]
+
+
+@pytest.mark.slow
+def test_real_engine_cancel_keeps_conversation_and_caches_consistent(tmp_path, repo, pair_dirs):
+    """A turn cancelled mid-generation, then another: the answer equals the one a fresh
+    process (cold caches) gives for the same saved history."""
+    target, draft = pair_dirs
+    flags = ("--draft-model", str(draft), "--max-tokens", "200", "--speculation", "on")
+    warm, cold = Client(), Client()
+    home_a, home_b = tmp_path / "a", tmp_path / "b"
+
+    async def go() -> Any:
+        async with serve(warm, real(target, *flags), repo, home_a) as (conn, _, _e):
+            sid = await start(conn, repo)
+            turn = asyncio.create_task(conn.prompt(session_id=sid, prompt=[text_block("Say something.")]))
+            await warm.chunk.wait()
+            await conn.cancel(session_id=sid)
+            cancelled = await turn
+            kept = home_a / "conversations"
+            shutil.copytree(kept, home_b / "conversations")  # the history as the cancel left it
+            start_at = len(warm.updates)
+            again = await conn.prompt(session_id=sid, prompt=[text_block("And now?")])
+            warm_text = "".join(u.content.text for u in warm.updates[start_at:]
+                                if u.session_update == "agent_message_chunk")
+        async with serve(cold, real(target, *flags), repo, home_b) as (conn, _, _e):
+            await conn.initialize(protocol_version=1)
+            await conn.load_session(cwd=str(repo), session_id=sid, mcp_servers=[])
+            start_at = len(cold.updates)
+            fresh = await conn.prompt(session_id=sid, prompt=[text_block("And now?")])
+            cold_text = "".join(u.content.text for u in cold.updates[start_at:]
+                                if u.session_update == "agent_message_chunk")
+        return sid, cancelled, again, fresh, warm_text, cold_text
+
+    sid, cancelled, again, fresh, warm_text, cold_text = run(go())
+    assert cancelled.stop_reason == "cancelled" and cancelled.usage.output_tokens < 200
+    assert again.stop_reason in ("end_turn", "max_tokens") and fresh.stop_reason == again.stop_reason
+    assert len(set(warm_text)) > 10  # varied text, not one repeated token
+    assert warm_text == cold_text and again.usage.output_tokens == fresh.usage.output_tokens
+    assert again.usage.cached_read_tokens > 0 and fresh.usage.cached_read_tokens == 0  # warm vs cold
+    assert saved(repo, home_a, sid)[:4] == saved(repo, home_b, sid)[:4]
+    usage = warm.of("usage_update")
+    assert usage and usage[-1].size > 0 and "decode_tps" in usage[-1].field_meta["spec-agent"]
+
+
+@pytest.mark.embedded
+@pytest.mark.slow
+def test_embedded_model_answers_over_acp(tmp_path, repo, embedded):
+    from agent import store
+
+    client = Client("no")
+    home = tmp_path / "home"
+    home.mkdir()
+    for shared in ("models", "converted"):  # the pulled model, without sharing the history
+        if (store.home() / shared).exists():
+            (home / shared).symlink_to(store.home() / shared)
+
+    async def go() -> Any:
+        argv = real("default", "--max-tokens", "48", before=("--max-turns", "2"))
+        async with serve(client, argv, repo, home) as (conn, _, _e):
+            sid = await start(conn, repo)
+            return await conn.prompt(session_id=sid, prompt=[text_block("Say hello in one short sentence.")])
+
+    response = run(go())
+    assert response.stop_reason in ("end_turn", "max_tokens", "max_turn_requests")
+    assert client.text().strip() and response.usage.output_tokens > 0
+    assert response.field_meta["spec-agent"]["decode_tps"] > 0
+
+
+def test_acp_front_end_imports_no_ui_toolkit():
+    from test_layering import _import_blocked
+
+    r = _import_blocked(("textual", "prompt_toolkit"), (), "agent.ui.acp, agent.ui.acp_events")
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr
