@@ -117,10 +117,14 @@ class Runtime:
                 self.conversation.model = self.model
             return
         from .backends.local import LocalModel
-        from .engine.loading import load_model
+        from .engine.loading import load_model, select_device
+        from .engine.pairing import preload_warnings
         from .engine.session import Session
 
         cfg = self.cfg
+        for w in preload_warnings(cfg.model, cfg.draft_model, select_device(cfg.device),
+                                  cfg.memory_headroom_gb):
+            self.warn(w)
         target = load_model(cfg.model, device=cfg.device)
         self.draft = load_model(cfg.draft_model, device=cfg.device) if cfg.draft_model else None
         if self.store is None:

@@ -165,3 +165,20 @@ def test_tokenizer_pre_qwen2_digits_control_and_user_tokens(tmp_path):
     for text in ["héllo wörld\n\n\tdef  return  b", "日本語 🙂 x", " \r\n  12345 a's"]:
         assert tok.decode(tok.encode(text)) == text
     assert tok.eos_token == "<|im_end|>"
+
+
+def test_memory_estimate_counts_f32_on_the_cpu(tmp_path, monkeypatch):
+    from mlx.utils import tree_flatten
+
+    from agent.engine import pairing
+
+    s = gguf_synth.write(tmp_path / "e.gguf", "qwen2", lambda n: T.Q4_K)
+    lm = load_gguf(s.path, dequantize=True, cache=False)
+    loaded = sum(v.nbytes for _, v in tree_flatten(lm.model.parameters()))
+    assert pairing.estimate_weight_bytes(str(s.path), "cpu") == loaded
+    assert pairing.estimate_weight_bytes(str(s.path), "gpu") < loaded / 4  # Q4_K stays small
+    monkeypatch.setattr(pairing, "available_memory", lambda: loaded * 2)
+    assert pairing.preload_warnings(str(s.path), str(s.path), "cpu", 0.0) == []
+    monkeypatch.setattr(pairing, "available_memory", lambda: loaded * 2 - 1)
+    (w,) = pairing.preload_warnings(str(s.path), str(s.path), "cpu", 0.0)
+    assert "f32 weights" in w and "headroom" in w

@@ -62,19 +62,62 @@ def available_memory() -> int | None:
 
 def pairing_warnings(target: LoadedModel, draft: LoadedModel, context: int,
                      headroom_gb: float) -> list[str]:
-    """Soft problems: a different model family, too little memory headroom."""
+    """Soft problems once both models are loaded: a different model family, too little
+    memory left for both KV caches (the weights are resident already, f32 on the CPU)."""
     out = []
     tf = getattr(target.model.args, "model_type", "?")
     df = getattr(draft.model.args, "model_type", "?")
     if tf != df:
         out.append(f"draft family '{df}' differs from the target's '{tf}': acceptance is "
                    "usually low across families")
-    need = draft.nbytes + kv_bytes(draft, context)
+    need = kv_bytes(target, context) + kv_bytes(draft, context)
     free = available_memory()
     if free is not None and free - need < headroom_gb * 1e9:
-        out.append(f"draft needs ~{need / 1e9:.2f} GB (weights + KV at {context} tokens) and "
-                   f"leaves {(free - need) / 1e9:.1f} GB free, under the {headroom_gb:g} GB "
-                   "headroom (memory_headroom_gb): speculation may swap")
+        out.append(f"the KV caches of target and draft need ~{need / 1e9:.2f} GB at {context} "
+                   f"tokens and leave {(free - need) / 1e9:.1f} GB free, under the "
+                   f"{headroom_gb:g} GB headroom (memory_headroom_gb): long sessions may swap")
     if draft.num_params >= target.num_params:
         out.append("draft is not smaller than the target: speculation cannot pay off")
     return out
+
+
+def estimate_weight_bytes(ref: str | None, device: str) -> int | None:
+    """Bytes a GGUF model's weights will take once loaded (f32 on the CPU, where every quant
+    type is dequantized; about the file's size elsewhere); None when not a GGUF reference."""
+    from pathlib import Path
+
+    from .errors import SpecAgentError
+    from .gguf_header import read_header
+    from .loading import resolve
+
+    try:
+        kind, where = resolve(ref)
+    except SpecAgentError:  # loading reports a bad reference itself
+        return None
+    if kind != "gguf":
+        return None
+    header = read_header(Path(where))
+    if device == "cpu":
+        return sum(4 * _elements(t.shape) for t in header.tensors)
+    return sum(t.nbytes for t in header.tensors)
+
+
+def _elements(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def preload_warnings(target_ref: str | None, draft_ref: str | None, device: str,
+                     headroom_gb: float) -> list[str]:
+    """Before loading: will target and draft weights fit in memory with the headroom left?"""
+    refs = [target_ref] + ([draft_ref] if draft_ref else [])
+    need = sum(estimate_weight_bytes(ref, device) or 0 for ref in refs)
+    free = available_memory()
+    if not need or free is None or free - need >= headroom_gb * 1e9:
+        return []
+    what = "f32 weights (the CPU runs dequantized weights)" if device == "cpu" else "weights"
+    return [f"the models' {what} need ~{need / 1e9:.1f} GB and leave "
+            f"{(free - need) / 1e9:.1f} GB of the {free / 1e9:.1f} GB available, under the "
+            f"{headroom_gb:g} GB headroom (memory_headroom_gb): loading may swap"]
