@@ -96,6 +96,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--quick", action="store_true", help="small workloads (CI)")
     bench.add_argument("--tokens", type=int, help="tokens per workload")
+    bench.add_argument("--pair", choices=["auto", "qwen-coder", "controlled"], default="auto",
+                       help="spec: the trained Qwen2.5-Coder pair from the store or the "
+                       "controlled synthetic pair (auto: trained when pulled, not with --quick)")
     bench.add_argument("--eps", type=float, default=0.5,
                        help="controlled pair: scale of the target's extra layers (acceptance knob)")
     _engine_flags(bench)
@@ -219,7 +222,7 @@ def _dispatch(args, cfg, parser) -> int:
         return eval_main(args, cfg)
     if args.command == "bench":
         if args.what == "lookup":
-            from .engine.bench_lookup import main as bench_lookup_main
+            from .eval.bench_lookup import main as bench_lookup_main
 
             return bench_lookup_main(args, cfg)
         if args.what == "grammar":

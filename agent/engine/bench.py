@@ -6,6 +6,8 @@ Two parts, each interleaved per workload so machine noise hits every configurati
    K in 2..8 on the same loaded models. Ratios are per workload and then averaged.
 2. Prompt lookup with the embedded model on a copy-heavy edit, against plain decoding.
 Reports ratios (the machines are noisy) and tok/s; `--json` prints one object.
+`--pair qwen-coder` (the default when those store models are present, except with `--quick`)
+runs the trained pair instead (bench_pair.py).
 """
 
 from __future__ import annotations
@@ -276,7 +278,32 @@ def run_bench(quick: bool = False, tokens: int | None = None, eps: float = 0.5,
     return out
 
 
+def _pick_pair(args) -> str:
+    """--pair auto: the trained pair when both its models are in the store (not with --quick),
+    else the controlled pair."""
+    from .. import store
+    from .bench_pair import PAIR
+
+    choice = getattr(args, "pair", None) or "auto"
+    if choice != "auto":
+        return choice
+    names = PAIR["qwen-coder"]
+    if not args.quick and all(store.is_present(store.lookup(n)) for n in names):
+        return "qwen-coder"
+    return "controlled"
+
+
 def main(args, cfg) -> int:
+    pair = _pick_pair(args)
+    if pair != "controlled":
+        from .bench_pair import print_report, run
+
+        result = run(pair, args.tokens, cfg.num_draft_tokens, log=lambda m: print(m, file=sys.stderr))
+        if args.json:
+            print(json.dumps(result, indent=1))
+        else:
+            print_report(result)
+        return 0
     result = run_bench(quick=args.quick, tokens=args.tokens, eps=args.eps,
                        fixed_k=cfg.num_draft_tokens)
     if args.json:

@@ -1,0 +1,217 @@
+"""`spec-agent bench spec --pair qwen-coder`: the trained pair (Qwen2.5-Coder-1.5B-Instruct
+target, 0.5B draft, both from the model store) on real coding workloads, in one process.
+
+Per workload, interleaved so machine noise hits every configuration alike: plain decoding;
+ours with the draft model (adaptive K); ours combining the draft with prompt lookup; prompt
+lookup alone; mlx-lm's `speculative_generate_step` at each fixed K; plain again (the two
+plain runs bracket the others and are averaged). The prompt's KV is computed once per
+workload and model and shared through an in-memory prefix store, so only decoding differs
+between runs; tok/s is decode speed (after the first token). Greedy throughout.
+"""
+
+from __future__ import annotations
+
+import inspect
+import statistics
+import textwrap
+import time
+from pathlib import Path
+
+import mlx.core as mx
+
+from .. import store
+from .bench import Run, _ours
+from .drafters import Combined, DraftModel, PromptLookup
+from .errors import ModelNotFoundError
+from .loading import LoadedModel, load_model
+from .prefix_store import PrefixStore
+from .session import Session, render_chat
+from .speculative import SpecPolicy, Speculator
+
+PAIR = {"qwen-coder": ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")}
+EDIT_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "edit_file",
+        "description": "Replace one exact snippet of a file with new text.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "description": "file path relative to the repo"},
+                "old": {"type": "string", "description": "exact text to replace"},
+                "new": {"type": "string", "description": "replacement text"},
+            },
+            "required": ["path", "old", "new"],
+        },
+    },
+}
+
+
+def workloads() -> dict[str, tuple[list[dict], list[dict] | None]]:
+    """name -> (chat messages, tools): write a function, explain real code, a JSON tool call,
+    a copy-heavy edit of a real file of this project."""
+    errors_py = (Path(__file__).parent / "errors.py").read_text()
+    dedent_src = inspect.getsource(textwrap.dedent)
+    user = lambda text: [{"role": "user", "content": text}]  # noqa: E731
+    return {
+        "function": (user("Write a Python function that merges two sorted lists into one "
+                          "sorted list."), None),
+        "explain": (user(f"Explain what this function does, step by step:\n```python\n"
+                         f"{dedent_src}```"), None),
+        "tool_call": (user("In src/app.py, rename the function `main` to `run` (it is defined "
+                           "as `def main(argv):`). Use the edit_file tool."), [EDIT_TOOL]),
+        "edit": (user(f"Here is agent/engine/errors.py:\n```python\n{errors_py}```\nRewrite the "
+                      "whole file, unchanged except that PairingError is renamed to "
+                      "DraftPairingError."), None),
+    }
+
+
+def load_pair(name: str, log) -> tuple[LoadedModel, LoadedModel, dict]:
+    target_name, draft_name = PAIR[name]
+    for n in (target_name, draft_name):
+        if not store.is_present(store.lookup(n)):
+            raise ModelNotFoundError(f"model '{n}' is not downloaded yet; fetch it with: "
+                                     f"{store.PULL_HINT} {n}")
+    times = {}
+    out = []
+    for n in (target_name, draft_name):
+        t = time.perf_counter()
+        out.append(load_model(n, device="cpu"))
+        times[n] = time.perf_counter() - t
+        log(f"loaded {n} in {times[n]:.1f} s ({out[-1].source}, {out[-1].nbytes / 1e9:.2f} GB)")
+    return out[0], out[1], dict(name=name, target=target_name, draft=draft_name, load_s=times)
+
+
+def _mlx_lm(target: LoadedModel, draft: LoadedModel, pstore: PrefixStore, prompt: list[int],
+            n: int, k: int) -> tuple[Run, int]:
+    """mlx-lm's speculative decoding from the shared prompt KV; (run, tokens from the draft)."""
+    from mlx_lm.generate import speculative_generate_step
+    from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+
+    tcache, tn = pstore.fetch_nearest(pstore.key_for(target), prompt[:-1])
+    dcache, dn = pstore.fetch_nearest(pstore.key_for(draft), prompt[:-1])
+    if tcache is None or dcache is None:  # nothing shared: start from empty caches
+        tcache, dcache, tn, dn = make_prompt_cache(target.model), make_prompt_cache(draft.model), 0, 0
+    start = min(tn, dn)
+    trim_prompt_cache(tcache, tn - start)
+    trim_prompt_cache(dcache, dn - start)
+    toks, kept, first = [], 0, 0.0
+    for tok, _, from_draft in speculative_generate_step(
+            mx.array(prompt[start:]), target.model, draft.model, num_draft_tokens=k,
+            max_tokens=n, prompt_cache=tcache + dcache):
+        toks.append(int(tok))
+        kept += bool(from_draft)
+        first = first or time.perf_counter()
+    elapsed = time.perf_counter() - first
+    return Run(toks, (len(toks) - 1) / elapsed if elapsed > 0 else 0.0), kept
+
+
+def _row(name: str, runs: dict, theirs: dict, kept: dict) -> dict:
+    plain, plain2 = runs["plain"], runs["plain2"]
+    base = (plain.tps + plain2.tps) / 2
+    s, c, lk = runs["ours"].stats, runs["combined"].stats, runs["lookup"].stats
+    same = lambda r: r.tokens == plain.tokens  # noqa: E731
+    return dict(
+        workload=name, plain_tps=base, spec_tps=runs["ours"].tps,
+        combined_tps=runs["combined"].tps, lookup_tps=runs["lookup"].tps,
+        identical_to_plain=same(runs["ours"]), combined_identical=same(runs["combined"]),
+        lookup_identical=same(runs["lookup"]), plain_repeatable=same(plain2),
+        mlx_lm_identical=all(same(r) for r in theirs.values()),
+        acceptance_rate=s.acceptance_rate, mean_accepted=s.mean_accepted, k=s.k,
+        drafted=s.drafted, accepted=s.accepted, rounds=s.rounds,
+        combined_acceptance_rate=c.acceptance_rate, combined_mean_accepted=c.mean_accepted,
+        lookup_acceptance_rate=lk.acceptance_rate, lookup_mean_accepted=lk.mean_accepted,
+        mlx_lm_tps={k: r.tps for k, r in theirs.items()}, mlx_lm_draft_kept=kept,
+        tokens=len(plain.tokens),
+    )
+
+
+def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], log,
+                  fixed_k: int = 0) -> dict:
+    from ..config import Config
+
+    conf, vocab = Config().draft_confidence, min(target.vocab_size, draft.vocab_size)
+    policy = SpecPolicy(mode="on", fixed_k=fixed_k)
+    ours = Speculator(DraftModel(draft, conf, vocab), policy)  # K adapts across workloads
+    combined = Speculator(Combined(DraftModel(draft, conf, vocab), PromptLookup()), policy)
+    lookup = Speculator(PromptLookup(), SpecPolicy(mode="on"))
+    pstore = PrefixStore(None, memory_mb=4096, disk_mb=0)
+    rows = []
+    for name, (messages, tools) in workloads().items():
+        prompt = render_chat(target.tokenizer, messages, tools)
+        t = time.perf_counter()
+        runs = {"plain": _ours(Session(target, store=pstore), prompt, n)}
+        prefill_s = time.perf_counter() - t
+        for label, spec in (("ours", ours), ("combined", combined), ("lookup", lookup)):
+            runs[label] = _ours(Session(target, speculator=spec, store=pstore), prompt, n)
+        theirs, kept = {}, {}
+        for k in ks:
+            theirs[k], kept[k] = _mlx_lm(target, draft, pstore, prompt, n, k)
+        runs["plain2"] = _ours(Session(target, store=pstore), prompt, n)
+        row = _row(name, runs, theirs, kept)
+        row.update(prompt_tokens=len(prompt), first_run_s=prefill_s,
+                   text=target.tokenizer.decode(runs["plain"].tokens))
+        rows.append(row)
+        log(f"  {name:9} plain {row['plain_tps']:5.2f} tok/s | ours {row['spec_tps']:5.2f} "
+            f"(acc {row['acceptance_rate']:.2f}, mean {row['mean_accepted']:.2f}, K={row['k']}) | "
+            f"ours+lookup {row['combined_tps']:5.2f} | lookup {row['lookup_tps']:5.2f} | mlx-lm "
+            + " ".join(f"K{k}:{r.tps:.2f}" for k, r in theirs.items())
+            + f" | identical {row['identical_to_plain']}")
+    return summarize(rows, ks, ours.k_for("model"))
+
+
+def summarize(rows: list[dict], ks: list[int], k: int) -> dict:
+    """Headline figures: per-workload ratios averaged; mlx-lm's best fixed K by mean ratio."""
+    ratio = lambda key: statistics.mean(r[key] / r["plain_tps"] for r in rows)  # noqa: E731
+    best_k = max(ks, key=lambda k: statistics.mean(r["mlx_lm_tps"][k] / r["plain_tps"] for r in rows))
+    drafted = sum(r["drafted"] for r in rows)
+    accepted = sum(r["accepted"] for r in rows)
+    rounds = sum(r["rounds"] for r in rows)
+    return dict(
+        workloads=rows,
+        speedup_vs_plain=ratio("spec_tps"),
+        speedup_vs_mlx_lm=statistics.mean(r["spec_tps"] / r["mlx_lm_tps"][best_k] for r in rows),
+        mlx_lm_best_k=best_k,
+        mlx_lm_speedup_vs_plain=statistics.mean(r["mlx_lm_tps"][best_k] / r["plain_tps"]
+                                                for r in rows),
+        combined_speedup_vs_plain=ratio("combined_tps"),
+        combined_speedup_vs_mlx_lm=statistics.mean(r["combined_tps"] / r["mlx_lm_tps"][best_k]
+                                                   for r in rows),
+        lookup_speedup_vs_plain=ratio("lookup_tps"),
+        acceptance_rate=accepted / drafted if drafted else 0.0,
+        mean_accepted=accepted / rounds if rounds else 0.0,
+        identical_to_plain=all(r["identical_to_plain"] and r["combined_identical"]
+                               and r["lookup_identical"] for r in rows),
+        mlx_lm_identical=all(r["mlx_lm_identical"] for r in rows),
+        k=k,
+    )
+
+
+def run(pair: str, tokens: int | None, fixed_k: int, log) -> dict:
+    from .blas import loaded_blas
+
+    n = tokens or 48
+    ks = [fixed_k] if fixed_k else list(range(2, 7))
+    target, draft, info = load_pair(pair, log)
+    log(f"trained pair {pair}: {n} tokens per workload, mlx-lm K={ks}; BLAS: {loaded_blas()}")
+    out = dict(pair=info, blas=loaded_blas(), tokens=n)
+    out.update(bench_trained(target, draft, n, ks, log, fixed_k))
+    return out
+
+
+def print_report(r: dict) -> None:
+    p = r["pair"]
+    print(f"draft-model speculation, trained pair {p['target']} <- {p['draft']} "
+          f"(acceptance {r['acceptance_rate']:.2f}, mean accepted {r['mean_accepted']:.2f}):")
+    print(f"  ours vs plain           {r['speedup_vs_plain']:.2f}x")
+    print(f"  ours vs mlx-lm best K   {r['speedup_vs_mlx_lm']:.2f}x (mlx-lm K={r['mlx_lm_best_k']}: "
+          f"{r['mlx_lm_speedup_vs_plain']:.2f}x plain)")
+    print(f"  ours+lookup vs plain    {r['combined_speedup_vs_plain']:.2f}x "
+          f"({r['combined_speedup_vs_mlx_lm']:.2f}x mlx-lm best K)")
+    print(f"  lookup alone vs plain   {r['lookup_speedup_vs_plain']:.2f}x")
+    print(f"  identical to plain      {r['identical_to_plain']}")
+    for w in r["workloads"]:
+        print(f"  {w['workload']:9} plain {w['plain_tps']:.2f} tok/s, ours {w['spec_tps']:.2f} "
+              f"(acceptance {w['acceptance_rate']:.2f}), ours+lookup {w['combined_tps']:.2f}, "
+              f"lookup {w['lookup_tps']:.2f}, mlx-lm "
+              + " ".join(f"K{k}:{v:.2f}" for k, v in w["mlx_lm_tps"].items()))
