@@ -42,6 +42,12 @@ def _lit(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
+def _json_rule(schema: dict) -> str:
+    """A `%json` rule body for `schema`, compact: llguidance's JSON admits whitespace between
+    tokens by default, and a small model can then spend its whole budget on blank lines."""
+    return "%json " + json.dumps({**schema, "x-guidance": {"whitespace_flexible": False}})
+
+
 def _json_escaped(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)[1:-1]
 
@@ -70,9 +76,9 @@ def _edit_rules(files: Mapping[str, str], generic: bool, edits_schema: dict, new
     if generic or not files:
         alts.append("edit_any")
         rules.append(f"edit_any: edit_path {_EDITS_KEY} edit_list")
-        rules.append(f"edit_path: %json {json.dumps({'type': 'string', 'minLength': 1, 'maxLength': 200})}")
-        rules.append(f"edit_list: %json {json.dumps(edits_schema)}")
-    rules.append(f"edit_new: %json {json.dumps(new_schema)}")
+        rules.append(f"edit_path: {_json_rule({'type': 'string', 'minLength': 1, 'maxLength': 200})}")
+        rules.append(f"edit_list: {_json_rule(edits_schema)}")
+    rules.append(f"edit_new: {_json_rule(new_schema)}")
     return [f"edit_args: {_PATH_OPEN} ({' | '.join(alts)}) \"}}\""] + rules
 
 
@@ -101,7 +107,7 @@ def tool_call_grammar(
                 schema = json.loads(json.dumps(schema))
                 schema["properties"]["path"] = {"enum": sorted(files)}
             rules.append(f'call_{name}: {head} args_{name} "}}"')
-            rules.append(f"args_{name}: %json {json.dumps(schema)}")
+            rules.append(f"args_{name}: {_json_rule(schema)}")
     top = [f'start: "\\n"? call "\\n"? {_lit(CLOSE)}', f"call: {' | '.join(alts)}"]
     return "\n".join(top + rules) + "\n"
 
