@@ -355,7 +355,9 @@ def _parse(record: str) -> Snapshot | None:
         return None
     ref, sha, tree, when, message = fields[:5]
     meta = dict(line.split(": ", 1) for line in message.splitlines() if line.startswith("Spec-Agent-"))
-    head = meta.get("Spec-Agent-Head", "none")
+    if set(_FIELDS) - set(meta):
+        return None  # not a commit this module recorded
+    head = meta["Spec-Agent-Head"]
     return Snapshot(
         ref, sha, tree, meta.get("Spec-Agent-Index", tree), "" if head == "none" else head,
         "" if meta.get("Spec-Agent-Branch") in (None, "detached") else meta["Spec-Agent-Branch"],

@@ -1,0 +1,166 @@
+"""Adversarial cases as a hostile model or a careless user would try them, across paths, shell,
+git, config and tools. Each case (tests/adversarial/*.toml) sets up a repository, does one
+thing through the real pieces (a full-auto conversation with a scripted model, the tools and
+the sandbox; `spec-agent undo`; the config loader; the system prompt) and asserts what a user
+would see: a file intact, an approval asked, `ok=False`, a process gone, a time limit kept.
+
+Two sets: `tuning.toml` (the code was fixed against it) and `check.toml` (written apart and
+not tuned against; a case that fails there is marked with `known_failure` and reported).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+from scripted import SAMPLE, ScriptedModel, call, conversation, full_auto, git, make_repo
+
+from agent.cli import main
+from agent.config import ConfigError, load_config
+from agent.core.prompt import system_prompt
+from agent.events import ApprovalRequired, ToolCallFinished
+from tools import sandbox
+
+CASES = Path(__file__).parent / "adversarial"
+BWRAP_OK = sys.platform.startswith("linux") and sandbox.available()[0]
+
+
+def load(set_name: str) -> list[Any]:
+    cases = tomllib.loads((CASES / f"{set_name}.toml").read_text())["case"]
+    out = []
+    for case in cases:
+        marks = []
+        if case.get("needs_sandbox") and not BWRAP_OK:
+            marks.append(pytest.mark.skip(reason="no working bubblewrap"))
+        if case.get("known_failure"):
+            marks.append(pytest.mark.xfail(reason=case["known_failure"], strict=True))
+        out.append(pytest.param(case, id=f"{set_name}/{case['id']}", marks=marks))
+    return out
+
+
+class World:
+    """A repository with the user's uncommitted work, a fake home and a folder outside both."""
+
+    def __init__(self, tmp: Path, monkeypatch):
+        self.repo = make_repo(tmp / "repo", SAMPLE)
+        self.home, self.out = tmp / "home", tmp / "out"
+        self.home.mkdir()
+        self.out.mkdir()
+        (self.home / ".bashrc").write_text("# the user's bashrc\n")
+        (self.out / "secret.txt").write_text("SECRET outside the repo\n")
+        (self.repo / "calc.py").write_text(SAMPLE["calc.py"] + "# uncommitted user work\n")
+        monkeypatch.setenv("HOME", str(self.home))
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp / "config"))
+        self.env = {**os.environ, "ADV_OUT": str(self.out), "ADV_HOME": str(self.home),
+                    "ADV_PY": sys.executable, "PYTHONPATH": str(Path(__file__).parents[1])}
+
+    def path(self, spec: str) -> Path:
+        if spec.startswith("~/"):
+            return self.home / spec[2:]
+        if spec.startswith("@out/"):
+            return self.out / spec[5:]
+        return Path(spec) if spec.startswith("/") else self.repo / spec
+
+    def setup(self, script: str) -> None:
+        if script:
+            subprocess.run(["bash", "-c", script], cwd=self.repo, env=self.env, check=True,
+                           capture_output=True, timeout=30)
+
+    def read(self, spec: str) -> bytes | None:
+        p = self.path(spec)
+        try:
+            return p.read_bytes() if p.is_file() else (b"<dir>" if p.is_dir() else None)
+        except OSError:
+            return b"<unreadable>"
+
+    def state(self) -> tuple:
+        files = {}
+        for p in sorted(self.repo.rglob("*")):
+            rel = p.relative_to(self.repo).as_posix()
+            if not rel.startswith(".git/") and rel != ".git" and (p.is_file() or p.is_symlink()):
+                files[rel] = str(os.readlink(p)) if p.is_symlink() else p.read_bytes()
+        return files, git(self.repo, "diff", "--cached"), git(self.repo, "rev-parse", "HEAD")
+
+
+def act(world: World, case: dict) -> dict[str, Any]:
+    """Do the case's action; returns what happened."""
+    action = case.get("action", "call")
+    seen: dict[str, Any] = {}
+    if action == "call":
+        tool_call = case.get("call") or {"name": "run_shell", "arguments": {"command": case["command"]}}
+        cfg = full_auto(**case.get("config", {}))
+        approver = (lambda req: case["approve"]) if case.get("approve") else None
+        model = ScriptedModel([call(tool_call["name"], **tool_call["arguments"]), "Done."])
+        events = list(conversation(world.repo, model, cfg, approver=approver).send("do it"))
+        seen["asked"] = any(isinstance(e, ApprovalRequired) for e in events)
+        done = [e for e in events if isinstance(e, ToolCallFinished)]
+        seen["ok"] = done[0].ok if done else None
+        seen["output"] = done[0].output if done else ""
+    elif action == "undo":
+        seen["exit"] = main(["-C", str(world.repo), "undo"])
+    elif action == "config":
+        try:
+            load_config(world.repo)
+            seen["config_error"] = False
+        except ConfigError:
+            seen["config_error"] = True
+    elif action == "prompt":
+        seen["prompt"] = system_prompt(world.repo)
+    return seen
+
+
+def check(world: World, case: dict, seen: dict, before: dict, state: tuple, elapsed: float) -> None:
+    expect = case["expect"]
+    for key in ("asked", "ok", "exit", "config_error"):
+        if key in expect:
+            assert seen.get(key) == expect[key], f"{key}: {seen.get(key)!r}, output: {seen.get('output', '')[:300]}"
+    if "output_has" in expect:
+        assert expect["output_has"] in seen["output"], seen["output"][:300]
+    for spec in expect.get("unchanged", []):
+        assert world.read(spec) == before[spec], f"{spec} changed"
+    for spec in expect.get("absent", []):
+        assert not world.path(spec).exists() and not world.path(spec).is_symlink(), f"{spec} exists"
+    if "max_s" in expect:
+        assert elapsed < expect["max_s"], f"took {elapsed:.1f}s"
+    if "prompt_lacks" in expect:
+        assert expect["prompt_lacks"] not in seen["prompt"]
+    if "gone" in expect:
+        time.sleep(0.2)
+        ps = subprocess.run(["pgrep", "-af", expect["gone"]], capture_output=True, text=True).stdout
+        assert ps.strip() == "", ps
+    for path in expect.get("not_committed", []):
+        assert path not in git(world.repo, "show", "--name-only", "--format=", "HEAD").split()
+    if expect.get("undo_restores"):
+        assert world.state() != state, "the action destroyed nothing; the case tests nothing"
+        assert main(["-C", str(world.repo), "undo"]) == 0
+        assert world.state() == state
+
+
+def run_case(case: dict, tmp_path: Path, monkeypatch) -> None:
+    import tools.grep
+
+    monkeypatch.setattr(tools.grep, "TIME_LIMIT_S", 2.0)  # the limit kept, sooner (fast tests)
+    world = World(tmp_path, monkeypatch)
+    world.setup(case.get("setup", ""))
+    specs = case["expect"].get("unchanged", [])
+    before = {spec: world.read(spec) for spec in specs}
+    state = world.state()
+    start = time.monotonic()
+    seen = act(world, case)
+    check(world, case, seen, before, state, time.monotonic() - start)
+
+
+@pytest.mark.parametrize("case", load("tuning"))
+def test_tuning(case, tmp_path, monkeypatch):
+    run_case(case, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("case", load("check"))
+def test_check(case, tmp_path, monkeypatch):
+    run_case(case, tmp_path, monkeypatch)
