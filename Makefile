@@ -43,6 +43,7 @@ demo: setup
 # shown that kernel set computes correctly here (agent/engine/blas.py); a value you set wins.
 test: setup
 	$(BIN)/spec-agent models pull
+	$(BIN)/spec-agent models pull qwen2.5-coder-0.5b
 	@lib="$$(ls /usr/lib/*-linux-gnu/openblas-pthread/libopenblas.so.0 2>/dev/null | head -1)"; \
 	core="$${OPENBLAS_CORETYPE-$$([ -z "$$lib" ] || $(BIN)/python -m agent.engine.blas coretype "$$lib")}"; \
 	echo "pytest with LD_PRELOAD=$${lib:-none} OPENBLAS_CORETYPE=$${core:-auto}"; \

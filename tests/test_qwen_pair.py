@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 
 import numpy as np
 import pytest
@@ -84,13 +85,14 @@ def test_small_model_metadata_and_chat_template():
 
 
 def _greedy(lm, text: str, n: int) -> str:
+    """Greedy continuation, stopped at EOS or once a line starts back at column 0."""
     import mlx.core as mx
     from mlx_lm.generate import generate_step
 
-    out = []
+    out: list[int] = []
     for tok, _ in generate_step(mx.array(lm.tokenizer.encode(text)), lm.model, max_tokens=n):
         out.append(int(tok))
-        if int(tok) in lm.eos_ids:
+        if int(tok) in lm.eos_ids or re.search(r"\n\S", lm.tokenizer.decode(out)):
             break
     return lm.tokenizer.decode(out)
 
@@ -107,7 +109,7 @@ def _function_body(completion: str) -> str:
 
 def test_small_model_continues_with_working_python():
     lm = _model(SMALL)
-    code = PRIME + _function_body(_greedy(lm, PRIME, 64))
+    code = PRIME + _function_body(_greedy(lm, PRIME, 120))
     ast.parse(code)
     scope: dict = {}
     exec(compile(code, "<model>", "exec"), scope)  # noqa: S102 - the model's own function

