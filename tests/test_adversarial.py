@@ -164,3 +164,36 @@ def test_tuning(case, tmp_path, monkeypatch):
 @pytest.mark.parametrize("case", load("check"))
 def test_check(case, tmp_path, monkeypatch):
     run_case(case, tmp_path, monkeypatch)
+
+
+# ---- races and limits that a case file cannot stage --------------------------------------------
+
+
+def test_parent_swapped_for_a_symlink_after_the_check_is_refused(tmp_path):
+    from tools._paths import PathError, confine
+    from tools.write_file import atomic_write
+
+    root, outside = tmp_path / "repo", tmp_path / "outside"
+    (root / "d").mkdir(parents=True)
+    outside.mkdir()
+    full = confine(root, "d/x.txt")  # checked while d is a real folder ...
+    (root / "d").rmdir()
+    (root / "d").symlink_to(outside)  # ... then swapped before the write
+    with pytest.raises(PathError, match="symlink"):
+        atomic_write(full, "evil", root)
+    assert list(outside.iterdir()) == []
+
+
+def test_every_tool_call_has_a_time_limit(tmp_path, monkeypatch):
+    import tools
+    from dataclasses import replace
+
+    def stuck(ctx, **_):
+        time.sleep(5)
+
+    monkeypatch.setitem(tools.TOOLS, "git_status", replace(tools.TOOLS["git_status"], fn=stuck))
+    monkeypatch.setattr(tools, "TOOL_TIME_LIMIT_S", 0.3)
+    start = time.monotonic()
+    result = tools.call_tool("git_status", {}, tools.ToolContext(tmp_path))
+    assert not result.ok and "did not finish within 0.3s" in result.output
+    assert time.monotonic() - start < 2

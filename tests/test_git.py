@@ -147,3 +147,51 @@ def test_untracked_file_is_protected_whatever_show_untracked_files_says(git_repo
     run_agent(git_repo, [call("write_file", path="notes.txt", content="agent\n"), "Done."])
     assert git(git_repo, "show", "HEAD~1:notes.txt") == "my notes\n"
     assert (git_repo / "notes.txt").read_text() == "agent\n"
+
+
+# ---- hygiene of the agent's own git commands ---------------------------------------------------
+
+
+def _hook(path, marker) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\ntouch '{marker}'\n")
+    path.chmod(0o755)
+
+
+def test_no_hook_runs_for_the_agents_commits(git_repo, tmp_path):
+    marker = tmp_path / "hooked"
+    for name in ("pre-commit", "commit-msg", "post-commit", "reference-transaction"):
+        _hook(git_repo / ".git/hooks" / name, marker)
+    _hook(git_repo / "myhooks/post-commit", marker)
+    (git_repo / "calc.py").write_text((git_repo / "calc.py").read_text() + "# dirty\n")  # protect commits too
+    run_agent(git_repo, [EDIT, "Done."])
+    git(git_repo, "config", "core.hooksPath", "myhooks")
+    run_agent(git_repo, [call("write_file", path="new.txt", content="x\n"), "Done."])
+    assert git(git_repo, "log", "--format=%s").count("\n") == 4  # save, edit, new.txt, initial
+    assert not marker.exists()
+
+
+def test_pathspecs_are_literal(git_repo):
+    (git_repo / "f[1].py").write_text("agent's\n")
+    (git_repo / "f1.py").write_text("user's\n")
+    git(git_repo, "add", "-A")
+    git(git_repo, "commit", "-qm", "two files")
+    (git_repo / "f1.py").write_text("user's uncommitted edit\n")
+    (git_repo / "f[1].py").write_text("also dirty\n")
+    run_agent(git_repo, [call("write_file", path="f[1].py", content="new\n"), "Done."])
+    for rev in ("HEAD", "HEAD~1"):  # the agent's commit and the save of the user's f[1].py
+        assert git(git_repo, "show", "--name-only", "--format=", rev).split() == ["f[1].py"]
+    assert (git_repo / "f1.py").read_text() == "user's uncommitted edit\n"
+
+
+def test_agent_commit_needs_a_parsed_trailer_and_a_record(git_repo):
+    assert is_agent_commit(f"x\n\n{TRAILER}\n")
+    assert not is_agent_commit(f"x\n\nquoting {TRAILER} in prose\n")
+    assert not is_agent_commit(f"{TRAILER}\n")  # a subject line is not a trailer
+    (git_repo / "README.md").write_text("# squashed\n")
+    git(git_repo, "commit", "-qam", f"Squash of the agent's work\n\n{TRAILER}")
+    guard = GitGuard.open(git_repo)
+    assert not guard.is_agent_commit_id("HEAD")  # trailer, but the agent never recorded it
+    with pytest.raises(GitSafetyError, match="not spec-agent's"):
+        guard.undo()
+    assert (git_repo / "README.md").read_text() == "# squashed\n"
