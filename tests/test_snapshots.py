@@ -201,3 +201,23 @@ def test_snapshot_speed(git_repo):
         (git_repo / "calc.py").write_text(f"# {i}\n")
         store.take(f"edit {i}")
     assert (time.perf_counter() - start) / 5 < 1.0
+
+
+def test_large_untracked_files_are_left_alone(git_repo, monkeypatch):
+    import agent.core.snapshots as snapshots
+
+    monkeypatch.setattr(snapshots, "UNTRACKED_FILE_MAX", 1000)
+    (git_repo / "dump.bin").write_bytes(b"x" * 5000)
+    store = SnapshotStore.open(git_repo)
+    snap = store.take("before")
+    assert "dump.bin" not in git(git_repo, "ls-tree", "-r", "--name-only", snap.sha)
+    (git_repo / "calc.py").write_text("changed\n")
+    store.undo()
+    assert (git_repo / "dump.bin").read_bytes() == b"x" * 5000  # neither saved nor deleted
+    assert (git_repo / "calc.py").read_text() != "changed\n"
+
+
+def test_snapshots_are_never_signed(git_repo):
+    git(git_repo, "config", "commit.gpgsign", "true")
+    git(git_repo, "config", "gpg.program", "false")  # signing would fail
+    assert SnapshotStore.open(git_repo).take("signed?") is not None

@@ -16,8 +16,8 @@ staged state back. The branch moves back too when only the agent's own recorded 
 (agent/git.py) lie on top of the snapshot's HEAD, or when it was rewound; commits of the
 user's on top make undo refuse. The state just before an undo is itself saved as a snapshot
 (kind "undo"), so `undo <id>` can bring it back. Ignored files are saved when small and not
-inside an ignored folder (`.env` yes, `build/` and `.venv/` no); the others are neither saved
-nor deleted.
+inside an ignored folder (`.env` yes, `build/` and `.venv/` no), untracked files when under
+64 MiB; the others are neither saved nor deleted.
 
 Snapshots are pruned by age and count, except those the live conversation took. Outside a
 git repository the store is disabled. Nothing here asks or renders.
@@ -37,6 +37,7 @@ from ..git import SAVED_TRAILER, TRAILER, GitGuard, run_git
 
 SNAP_REF = "refs/spec-agent/snapshots/"
 UNDONE_REF = "refs/spec-agent/undone/"
+UNTRACKED_FILE_MAX = 64 << 20  # untracked files larger than this are not saved
 IGNORED_FILE_MAX = 1 << 20  # ignored files saved in a snapshot: each at most 1 MiB ...
 IGNORED_TOTAL_MAX = 16 << 20  # ... and 16 MiB together
 _IDENTITY = {"GIT_AUTHOR_NAME": "spec-agent", "GIT_AUTHOR_EMAIL": "spec-agent@localhost",
@@ -124,14 +125,27 @@ class SnapshotStore:
             proc = run_git(self.top, "write-tree", env=env, check=False)
             index_tree = proc.stdout.strip() if proc.returncode == 0 else ""  # fails on conflicts
         # --ignore-errors: an unreadable file must not stop the rest from being saved.
-        run_git(self.top, "add", "-A", "--ignore-errors", "--", ".", env=env, check=False)
-        small = self._small_ignored()
-        if small:
+        run_git(self.top, "add", "-u", "--ignore-errors", "--", ".", env=env, check=False)
+        extra = self._untracked() + self._small_ignored()
+        if extra:
             run_git(self.top, "add", "-f", "--ignore-errors", "--pathspec-from-file=-",
-                    "--pathspec-file-nul", env=env, input="\0".join(small) + "\0", check=False)
+                    "--pathspec-file-nul", env=env, input="\0".join(extra) + "\0", check=False)
         tree = self._git("write-tree", env=env)
         return _State(tree, index_tree or tree, self._try("rev-parse", "-q", "--verify", "HEAD"),
                       self._try("symbolic-ref", "-q", "HEAD"))
+
+    def _untracked(self) -> list[str]:
+        """Untracked files git does not ignore, but none over UNTRACKED_FILE_MAX bytes (a data
+        dump or a build artefact would make every snapshot copy it into .git)."""
+        out = run_git(self.top, "ls-files", "-z", "--others", "--exclude-standard", check=False).stdout
+        files = []
+        for rel in (p for p in out.split("\0") if p):
+            try:
+                if (self.top / rel).lstat().st_size <= UNTRACKED_FILE_MAX:
+                    files.append(rel)
+            except OSError:
+                continue
+        return files
 
     def _small_ignored(self) -> list[str]:
         """Ignored files outside ignored folders, each at most IGNORED_FILE_MAX bytes (a `.env`,
@@ -173,13 +187,15 @@ class SnapshotStore:
 
     def _record(self, state: _State, label: str, conversation: str, kind: str) -> Snapshot:
         heads = ["-p", state.head] if state.head else []
-        index_commit = self._git("commit-tree", state.index_tree, *heads, "-m", "spec-agent snapshot: index")
+        index_commit = self._git("commit-tree", "--no-gpg-sign", state.index_tree, *heads,
+                                 "-m", "spec-agent snapshot: index")
         label = " ".join(label.split())[:100]
         body = "\n".join(f"{k}: {v}" for k, v in zip(_FIELDS, (
             kind, state.head or "none", state.branch or "detached", state.index_tree,
             conversation or "none")))
         message = f"spec-agent snapshot: before {label}\n\n{body}\n"
-        sha = self._git("commit-tree", state.tree, *heads, "-p", index_commit, input=message)
+        sha = self._git("commit-tree", "--no-gpg-sign", state.tree, *heads, "-p", index_commit,
+                        input=message)
         ref = f"{SNAP_REF}{time.time_ns():020d}"
         self._git("update-ref", ref, sha, "")  # "": the ref must not exist yet
         return Snapshot(ref, sha, state.tree, state.index_tree, state.head, state.branch, kind,
