@@ -221,3 +221,26 @@ def test_snapshots_are_never_signed(git_repo):
     git(git_repo, "config", "commit.gpgsign", "true")
     git(git_repo, "config", "gpg.program", "false")  # signing would fail
     assert SnapshotStore.open(git_repo).take("signed?") is not None
+
+
+def test_repository_without_commits(tmp_path):
+    root = tmp_path / "new"
+    root.mkdir()
+    git(root, "init", "-q")
+    (root / "a.txt").write_text("untracked\n")
+    store = SnapshotStore.open(root)
+    store.take("first action")
+    (root / "a.txt").unlink()
+    (root / "b.txt").write_text("created\n")
+    store.undo()
+    assert sorted(p.name for p in root.iterdir()) == [".git", "a.txt"]
+    assert git(root, "status", "--porcelain") == "?? a.txt\n"  # untracked again, not staged
+
+
+def test_pruning_by_age_drops_old_snapshots_and_commit_records(git_repo):
+    edit = call("write_file", path="new.txt", content="x\n")
+    list(conversation(git_repo, ScriptedModel([edit, "Done."])).send("add"))
+    assert git(git_repo, "for-each-ref", "refs/spec-agent/commits/").strip()
+    store = SnapshotStore(SnapshotStore.open(git_repo).top, max_age_days=1e-9)
+    assert store.prune() >= 1
+    assert store.list() == [] and git(git_repo, "for-each-ref", "refs/spec-agent/").strip() == ""

@@ -33,13 +33,14 @@ from pathlib import Path
 
 import git as gitpython
 
-from ..git import SAVED_TRAILER, TRAILER, GitGuard, run_git
+from ..git import COMMITS_REF, SAVED_TRAILER, TRAILER, GitGuard, run_git
 
 SNAP_REF = "refs/spec-agent/snapshots/"
 UNDONE_REF = "refs/spec-agent/undone/"
 UNTRACKED_FILE_MAX = 64 << 20  # untracked files larger than this are not saved
 IGNORED_FILE_MAX = 1 << 20  # ignored files saved in a snapshot: each at most 1 MiB ...
 IGNORED_TOTAL_MAX = 16 << 20  # ... and 16 MiB together
+_EMPTY_TREE = "4b825dc642cb6eb9a060c64bf1d69d2b4e4a4bb3"  # git's empty tree (SHA-1 repositories)
 _IDENTITY = {"GIT_AUTHOR_NAME": "spec-agent", "GIT_AUTHOR_EMAIL": "spec-agent@localhost",
              "GIT_COMMITTER_NAME": "spec-agent", "GIT_COMMITTER_EMAIL": "spec-agent@localhost"}
 _FIELDS = ("Spec-Agent-Kind", "Spec-Agent-Head", "Spec-Agent-Branch", "Spec-Agent-Index",
@@ -120,10 +121,12 @@ class SnapshotStore:
         if real.is_file():
             shutil.copyfile(real, index)  # its stat cache spares re-hashing unchanged files
         env = {"GIT_INDEX_FILE": str(index)}
-        index_tree = ""
-        if real.is_file():
-            proc = run_git(self.top, "write-tree", env=env, check=False)
-            index_tree = proc.stdout.strip() if proc.returncode == 0 else ""  # fails on conflicts
+        proc = run_git(self.top, "write-tree", env=env, check=False)  # no index file: empty tree
+        head = self._try("rev-parse", "-q", "--verify", "HEAD")
+        if proc.returncode == 0:
+            index_tree = proc.stdout.strip()
+        else:  # unmerged entries: keep HEAD's tree as the staged state (contents are in `tree`)
+            index_tree = self._try("rev-parse", f"{head}^{{tree}}") if head else _EMPTY_TREE
         # --ignore-errors: an unreadable file must not stop the rest from being saved.
         run_git(self.top, "add", "-u", "--ignore-errors", "--", ".", env=env, check=False)
         extra = self._untracked() + self._small_ignored()
@@ -131,8 +134,7 @@ class SnapshotStore:
             run_git(self.top, "add", "-f", "--ignore-errors", "--pathspec-from-file=-",
                     "--pathspec-file-nul", env=env, input="\0".join(extra) + "\0", check=False)
         tree = self._git("write-tree", env=env)
-        return _State(tree, index_tree or tree, self._try("rev-parse", "-q", "--verify", "HEAD"),
-                      self._try("symbolic-ref", "-q", "HEAD"))
+        return _State(tree, index_tree, head, self._try("symbolic-ref", "-q", "HEAD"))
 
     def _untracked(self) -> list[str]:
         """Untracked files git does not ignore, but none over UNTRACKED_FILE_MAX bytes (a data
@@ -240,8 +242,12 @@ class SnapshotStore:
         cutoff = time.time() - self.max_age_days * 86400
         gone = [s for i, s in enumerate(self.list())
                 if (i >= self.max_count or s.time < cutoff) and s.sha not in self.keep]
-        if gone:
-            self._git("update-ref", "--stdin", input="".join(f"delete {s.ref}\n" for s in gone))
+        out = run_git(self.top, "for-each-ref", "--format=%(refname) %(committerdate:unix)", COMMITS_REF).stdout
+        records = [ref for ref, _, when in (line.partition(" ") for line in out.splitlines())
+                   if when and float(when) < cutoff]  # the agent's commits, as old as pruned snapshots
+        refs = [s.ref for s in gone] + records
+        if refs:
+            self._git("update-ref", "--stdin", input="".join(f"delete {ref}\n" for ref in refs))
         return len(gone)
 
     # ---- undo -----------------------------------------------------------------------------
