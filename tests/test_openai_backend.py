@@ -361,3 +361,14 @@ def test_stats_line_names_the_backend_and_invents_nothing():
     assert line == "[openai h:1 · m, 9 tokens, decode 20.0 tok/s, ttft 0.20s]"
     figures = Figures().with_stats(s)
     assert figures.cache is None and figures.spec == "?"
+
+
+def test_without_a_listed_model_the_server_picks_its_own():
+    with FakeServer(models=()) as srv:
+        b = backend(srv.url)
+        turn(b)
+    assert "model" not in srv.requests[0] and b.label == f"openai {srv.url[7:-3]}"
+    with FakeServer([Reply(status=401, body={"error": {"message": "no key"}})]) as srv:
+        b = backend(srv.url, model="m")
+        with pytest.raises(ServerError, match="HTTP 401: no key"):
+            turn(b)

@@ -49,6 +49,10 @@ class ServerError(ModelError):
 
     exit_code = 1
 
+    def __init__(self, message: str, status: int = 0):
+        super().__init__(message)
+        self.status = status  # the HTTP status, 0 when there was no response
+
 
 def api_key_from_env(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
@@ -109,6 +113,7 @@ class OpenAIBackend:
         self.url = opts.base_url.rstrip("/")
         self.host = urlsplit(self.url).netloc or self.url
         self.model = "" if opts.model in ("", "default") else opts.model
+        self._asked = bool(self.model)  # whether the model name is settled
         headers = {"Authorization": f"Bearer {opts.api_key}"} if opts.api_key else {}
         timeout = httpx.Timeout(opts.read_timeout_s, connect=opts.connect_timeout_s)
         self.client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
@@ -146,7 +151,7 @@ class OpenAIBackend:
                 resp.close()
                 problem = f"{self.host}: HTTP {resp.status_code}: {_error_text(resp)}"
                 if resp.status_code not in (429, 503):
-                    raise ServerError(problem)
+                    raise ServerError(problem, resp.status_code)
                 delay = _retry_after(resp)
             if attempt == self.opts.max_retries:
                 break
@@ -156,22 +161,32 @@ class OpenAIBackend:
                 return None
         raise ServerError(problem + (f" (after {self.opts.max_retries} retries)" if self.opts.max_retries else ""))
 
-    def resolve_model(self, cancel: CancelToken | None = None) -> str:
-        """The model name to request: the configured one, else the first the server lists."""
-        if self.model:
-            return self.model
-        resp = self._send("GET", "/models", cancel or CancelToken())
-        if resp is None:
-            return ""
+    def resolve_model(self, cancel: CancelToken | None = None) -> bool:
+        """Settle the model name: the configured one, else the first the server lists, else
+        none (requests then leave `model` out and the server uses its own, as llama-server
+        and mlx_lm.server do). False when cancelled first."""
+        if self._asked:
+            return True
         try:
-            resp.read()
-            data = resp.json().get("data") or []
-            self.model = str(data[0]["id"])
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            raise ServerError(f"{self.host}: /models lists no model; name one with --model") from None
-        finally:
-            resp.close()
-        return self.model
+            resp = self._send("GET", "/models", cancel or CancelToken())
+        except ServerError as e:
+            if e.status in (0, 401, 403):  # down, or not allowed: a request would fail too
+                raise
+            resp = None  # no usable /models: the server's default model
+        else:
+            if resp is None:
+                return False
+        if resp is not None:
+            try:
+                resp.read()
+                data = resp.json().get("data") or []
+                self.model = str(data[0]["id"]) if data else ""
+            except (ValueError, KeyError, TypeError, AttributeError, httpx.HTTPError):
+                self.model = ""
+            finally:
+                resp.close()
+        self._asked = True
+        return True
 
     def _forced(self, messages: list[dict[str, str]]) -> bool:
         choice = self.opts.tool_choice
@@ -181,9 +196,11 @@ class OpenAIBackend:
         """The request for one turn (append-only: a pure function of the history)."""
         o = self.opts
         body: dict[str, Any] = {
-            "model": self.model, "stream": True, "stream_options": {"include_usage": True},
+            "stream": True, "stream_options": {"include_usage": True},
             "max_tokens": o.max_tokens, "temperature": o.temperature, "top_p": o.top_p,
         }
+        if self.model:
+            body["model"] = self.model
         forced = self._forced(messages)
         if self.native_tools:
             body["messages"] = wire_messages(messages)
