@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator
 
 import pytest
-from acp import spawn_agent_process, text_block
+from acp import RequestError, image_block, spawn_agent_process, text_block
 from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
 from scripted import SAMPLE, call, make_repo
 
@@ -170,10 +170,12 @@ def test_tool_call_round_trip_with_permission(tmp_path, repo, answer):
         assert "did not approve" in history[-2]["content"]  # the model was told, and went on
 
 
-def test_always_and_modes(tmp_path, repo):
-    """"Always" covers later edits in the conversation; full-auto mode asks for none."""
+def test_always_modes_and_workspaces(tmp_path, repo):
+    """"Always" covers later edits in the conversation; full-auto mode asks for none; a
+    session works in the folder it names."""
     second = call("write_file", path="notes.txt", content="x\n")
     third = call("write_file", path="more.txt", content="y\n")
+    other_repo = make_repo(tmp_path / "other", {"a.txt": "a\n"})
     client = Client("always")
 
     async def go() -> None:
@@ -182,13 +184,18 @@ def test_always_and_modes(tmp_path, repo):
             sid = await start(conn, repo)
             await conn.prompt(session_id=sid, prompt=[text_block("two edits")])
             assert len(client.asked) == 1  # the second edit was covered by "always"
-            other = await conn.new_session(cwd=str(repo), mcp_servers=[])
+            with pytest.raises(RequestError):
+                await conn.new_session(cwd="relative/path", mcp_servers=[])
+            with pytest.raises(RequestError):
+                await conn.set_session_mode(session_id=sid, mode_id="yolo")
+            other = await conn.new_session(cwd=str(other_repo), mcp_servers=[])
             await conn.set_session_mode(session_id=other.session_id, mode_id="full-auto")
             await conn.prompt(session_id=other.session_id, prompt=[text_block("one more")])
 
     run(go())
     assert len(client.asked) == 1
-    assert (repo / "notes.txt").read_text() == "x\n" and (repo / "more.txt").read_text() == "y\n"
+    assert (repo / "notes.txt").read_text() == "x\n" and (other_repo / "more.txt").read_text() == "y\n"
+    assert not (repo / "more.txt").exists()
     assert [u.status for u in client.of("tool_call_update")] == ["completed"] * 3
 
 
@@ -248,12 +255,15 @@ def test_malformed_messages_get_errors_and_serving_goes_on(tmp_path, repo):
                          b'"params": {"sessionId": "nope", "prompt": []}}\n'):
                 proc.stdin.write(line)
             await proc.stdin.drain()
+            with pytest.raises(RequestError) as image:  # content it did not advertise
+                await conn.prompt(session_id=sid, prompt=[image_block("aGk=", "image/png")])
+            assert image.value.code == -32602 and "text only" in str(image.value.data)
             return await conn.prompt(session_id=sid, prompt=[text_block("are you alive?")])
 
     response = run(go())
     assert response.stop_reason == "end_turn" and client.text() == "Still here."
     by_id = {e["id"]: e["error"]["code"] for e in errors if e["id"] is not None}
-    assert by_id == {901: -32602, 902: -32601, 903: -32602}
+    assert {k: v for k, v in by_id.items() if k >= 900} == {901: -32602, 902: -32601, 903: -32602}
     assert sorted(e["error"]["code"] for e in errors if e["id"] is None) == [-32700, -32700, -32600]
 
 

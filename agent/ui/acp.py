@@ -204,6 +204,7 @@ class SpecAgent:
         try:
             await self._pump(session_id, queue)
             result = await job
+            cancelled = cancel.cancelled  # session/cancel arrived: the turn ends "cancelled"
         except Exception as e:  # noqa: BLE001 - a failed turn answers this request, the server goes on
             if isinstance(e, RequestError):
                 raise
@@ -212,9 +213,10 @@ class SpecAgent:
         finally:
             cancel.cancel()  # a client gone mid-turn (this task cancelled) stops the engine too
             session.cancel = None
-        if result.is_error and result.stop_reason == "error":
+        if result.is_error and result.stop_reason == "error" and not cancelled:
             raise RequestError.internal_error({"details": result.error})
-        return PromptResponse(stop_reason=translator.stop_reason(result), usage=prompt_usage(result.usage),
+        stop = "cancelled" if cancelled else translator.stop_reason(result)
+        return PromptResponse(stop_reason=stop, usage=prompt_usage(result.usage),
                               field_meta={META_KEY: figures(result.usage)})
 
     def _drive(self, session: _Session, text: str, cancel: CancelToken, translator: Translator,
