@@ -116,12 +116,18 @@ class GenerationStats(_Acceptance, Event):
     def cache_hit_rate(self) -> float:
         return self.cached_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
 
+    @property
+    def reread_tokens(self) -> int:
+        """Prompt tokens this turn had to prefill (not found in any cache)."""
+        return self.prompt_tokens - self.cached_tokens
+
     def to_dict(self) -> dict[str, Any]:
         d = super().to_dict()
         d.update(
             acceptance_rate=self.acceptance_rate,
             mean_accepted=self.mean_accepted,
             cache_hit_rate=self.cache_hit_rate,
+            reread_tokens=self.reread_tokens,
         )
         return d
 
@@ -138,6 +144,17 @@ class SpeculationChanged(Event):
 @dataclass(frozen=True)
 class Warning(Event):  # noqa: A001 - the event's natural name
     message: str
+
+
+@dataclass(frozen=True)
+class ContextCompacted(Warning):
+    """The conversation neared the model's window: `elided` older tool outputs or messages
+    are shortened in what the model reads (the saved history keeps them whole)."""
+
+    elided: int = 0
+    tokens_before: int = 0
+    tokens_after: int = 0
+    limit: int = 0
 
 
 # ---- agent events ----------------------------------------------------------------------------

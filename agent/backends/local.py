@@ -99,6 +99,19 @@ class LocalModel:
             return self.session.render(messages)
         return self.session.render(wire_messages(messages, raw_calls=True), tool_specs(self.tools))
 
+    # ---- the context budget (agent/core/budget.py) ----------------------------------------
+
+    def count_tokens(self, messages: list[dict[str, str]]) -> int:
+        return len(self.render(messages))
+
+    @property
+    def context_limit(self) -> int:
+        return int(self.session.context_limit or 0)
+
+    @property
+    def reply_reserve(self) -> int:
+        return int(self.max_tokens)
+
     def _stream(self, prompt: list[int], out: list, cancel: CancelToken, **kw) -> Iterator[Event]:
         """One `Session.generate`; a degenerate loop stops it like a cancel, and its stats
         then say finish_reason "repetition"."""

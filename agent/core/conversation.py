@@ -24,10 +24,11 @@ from ..approvals import decide
 from ..backends.base import Backend, ModelError
 from ..cancel import CancelToken
 from ..config import Config
-from ..events import (AgentResult, ApprovalRequest, ApprovalRequired, AssistantMessage, Event,
-                      GenerationStats, GitAction, RunStopped, TextDelta, ToolCallFinished,
-                      ToolCallStarted, TurnStarted, TurnStats, Warning)
+from ..events import (AgentResult, ApprovalRequest, ApprovalRequired, AssistantMessage,
+                      ContextCompacted, Event, GenerationStats, GitAction, RunStopped, TextDelta,
+                      ToolCallFinished, ToolCallStarted, TurnStarted, TurnStats, Warning)
 from ..git import GitGuard, GitSafetyError
+from .budget import Budget
 from .snapshots import SnapshotError, SnapshotStore
 from .callformat import ParsedCall, format_result, parse_calls, strip_calls
 from .preview import approval_request, scope_keys
@@ -106,6 +107,7 @@ class Conversation:
             native = bool(getattr(model, "native_tools", False))  # schemas sent by the backend
             self._append({"role": "system", "content": system_prompt(self.root, native)})
         self.usage = Usage()  # the whole conversation
+        self.budget = Budget()  # what the model reads of the history (see core/budget.py)
         self.always: set[str] = set()  # approval scopes the user answered "always" for
         self._warned = False
 
@@ -176,7 +178,8 @@ class Conversation:
     def _model_turn(self, run: _Run) -> Iterator[Event]:
         parts: list[str] = []
         stats = None
-        for ev in self.model.generate(self.messages, run.cancel):
+        messages = yield from self._fit()
+        for ev in self.model.generate(messages, run.cancel):
             if isinstance(ev, TextDelta):
                 parts.append(ev.text)
             if isinstance(ev, GenerationStats):
@@ -194,6 +197,21 @@ class Conversation:
             self.usage.turns.append(stats)
             yield TurnStats(run.turn, stats)
         return reply, stats
+
+    def _fit(self) -> Iterator[Event]:
+        """The history as the model reads it, compacted first when it nears the window."""
+        count = getattr(self.model, "count_tokens", None)
+        limit = int(getattr(self.model, "context_limit", 0) or 0)
+        if count is None or not limit:
+            return self.budget.view(self.messages)
+        reserve = int(getattr(self.model, "reply_reserve", 0) or 0)
+        view, done = self.budget.fit(self.messages, count, limit, reserve)
+        if done is not None:
+            yield ContextCompacted(
+                f"context {done.tokens_before}/{done.limit} tokens: elided {done.messages} older "
+                f"tool outputs/messages, now {done.tokens_after}", done.messages,
+                done.tokens_before, done.tokens_after, done.limit)
+        return view
 
     def _run_calls(self, run: _Run, calls: list[ParsedCall]) -> Iterator[Event]:
         """Run a turn's calls; returns '' or the approval problem that stops the message."""

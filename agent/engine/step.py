@@ -60,6 +60,18 @@ def forward(model: nn.Module, tokens: Sequence[int] | mx.array, cache: list) -> 
     return model(x[None], cache=cache)[0]
 
 
+def feed(model: nn.Module, tokens: Sequence[int], cache: list) -> None:
+    """Run `tokens` through the model's layers into the cache without the output head: a
+    prefill needs no logits, and the head (vocabulary x hidden per token) is a sizeable share
+    of a small model's work. Models without mlx-lm's usual `model.model` trunk run whole."""
+    x = mx.array(list(tokens), dtype=mx.uint32)[None]
+    trunk = getattr(model, "model", None)
+    if isinstance(trunk, nn.Module) and hasattr(model, "args"):
+        trunk(x, cache=cache)
+    else:
+        model(x, cache=cache)
+
+
 def prefill(
     model: nn.Module,
     tokens: Sequence[int],
@@ -67,10 +79,10 @@ def prefill(
     chunk: int = 512,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> None:
-    """Feed `tokens` into the cache in chunks (logits discarded)."""
+    """Feed `tokens` into the cache in chunks (no logits are computed)."""
     total = len(tokens)
     for start in range(0, total, chunk):
-        forward(model, tokens[start : start + chunk], cache)
+        feed(model, tokens[start : start + chunk], cache)
         mx.eval([c.state for c in cache])
         if on_progress:
             on_progress(min(start + chunk, total), total)
