@@ -55,8 +55,17 @@ _WRAPPERS: dict[str, tuple[str, tuple[str, ...], int]] = {
                             "--chroot", "--role", "--type", "--other-user", "--user"), 0),
     "doas": ("Cu", (), 0), "chrt": ("", (), 1), "taskset": ("", (), 1), "unbuffer": ("", (), 0),
     "flock": ("Ew", ("--conflict-exit-code", "--wait", "--timeout"), 1),
+    "watch": ("dn", ("--differences", "--interval"), 0), "busybox": ("", (), 0),
+    "chroot": ("", ("--userspec", "--groups"), 1), "strace": ("eoOpsSuU", ("--output",), 0),
+    "parallel": ("jS", ("--jobs",), 0),
 }
-_SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "busybox"}
+_SHELLS = {"sh", "bash", "zsh", "dash", "ksh", "fish", "ash", "mksh"}
+# git settings whose value is a command git runs (or that make git run one)
+_GIT_RUNS = re.compile(r"(alias\.|core\.(pager|editor|sshcommand|fsmonitor|hookspath|askpass)|"
+                       r"diff\.external|diff\..*\.(textconv|command)|filter\.|pager\.|"
+                       r"sequence\.editor|credential\.|gpg\.|ssh\.|uploadpack\.|"
+                       r"remote\..*\.(uploadpack|receivepack|vcs)|interactive\.difffilter|"
+                       r"merge\..*\.driver|protocol\.|include\.|includeif\.)", re.IGNORECASE)
 _SAFE_DEV = ("/dev/null", "/dev/stdout", "/dev/stderr", "/dev/tty", "/dev/fd/")
 # What each file-changing command writes: "all" operands, the "last" one, or all "but-first".
 _WRITERS = {"rm": "all", "rmdir": "all", "unlink": "all", "shred": "all", "truncate": "all",
@@ -157,8 +166,10 @@ def _git_globals(args: list[str]) -> tuple[list[str], str]:
     """(args from the subcommand on, why the global options alone are risky or '')."""
     why = ""
     while args and args[0].startswith("-"):  # global options: -C dir, -c k=v, --no-pager, ...
-        if args[0] == "-c" and len(args) > 1 and args[1].lower().startswith("alias."):
-            why = "defines a git alias on the command line (it can run anything)"
+        if args[0] in ("-c", "--config-env") and len(args) > 1 and _GIT_RUNS.match(args[1]):
+            why = f"sets git's {args[1].split('=')[0]} on the command line (a command git runs)"
+        elif args[0].startswith("--config-env=") and _GIT_RUNS.match(args[0].split("=", 1)[1]):
+            why = "sets a git option that names a command git runs"
         takes_value = args[0] in ("-C", "-c", "--git-dir", "--work-tree", "--namespace", "--config-env")
         args = args[2:] if takes_value else args[1:]
     return args, why
@@ -192,6 +203,12 @@ def _git_why(args: list[str], cwd: Path) -> str:
     if sub == "branch" and (_has_flag(rest, "D") or (_git_flag(rest, "d", "--delete")
                                                       and _git_flag(rest, "f", "--force"))):
         return "git branch -D deletes a branch whatever it holds"
+    if sub == "checkout-index" and _git_flag(rest, "f", "--force"):
+        return f"git checkout-index --force {lose}"
+    if sub == "read-tree" and _git_flag(rest, "u", "--reset"):
+        return f"git read-tree -u {lose}"
+    if sub == "submodule" and "foreach" in rest:
+        return "git submodule foreach runs a command in every submodule"
     if sub in _GIT_HISTORY and (_GIT_HISTORY[sub] is None or any(
             a in _GIT_HISTORY[sub] or a.startswith("--prune=") for a in rest)):
         return f"git {sub} drops history git could otherwise recover"
