@@ -50,6 +50,7 @@ class DraftModel:
         self.lm = lm
         self.cache = ModelCache(lm)
         self.fed: list[int] = []  # tokens in the draft cache (a prefix of the history)
+        self.synced = 0  # fed[:synced] is known to be history
         # Stop drafting once the draft's own top probability falls below this.
         self.min_confidence = min_confidence
         # Propose only ids the target has (the target's embedding may be narrower).
@@ -64,10 +65,20 @@ class DraftModel:
         """Continue from `cache`, the KV of `tokens` (e.g. from a PrefixStore), if it fits."""
         if self.cache.adopt(cache, len(tokens)):
             self.fed = list(tokens)
+            self.synced = 0  # checked against the history in full at the next round
 
     def _sync(self, history: Sequence[int]) -> list[int]:
-        """Rewind to the common prefix with `history`; return the tokens still to feed."""
-        self.rewind_to(common_prefix(self.fed, history[:-1]))
+        """Rewind to the common prefix with `history`; return the tokens still to feed.
+        `fed[:synced]` was history when last checked: when its tail still lines up (the usual
+        round, the history only grew), only the tokens after it are compared, so a round
+        does not scan the whole context."""
+        s, t = min(self.synced, len(self.fed)), PromptLookup.TAIL_CHECK
+        if s < len(history) and self.fed[max(s - t, 0) : s] == list(history[max(s - t, 0) : s]):
+            keep = s + common_prefix(self.fed[s:], history[s : len(history) - 1])
+        else:
+            keep = common_prefix(self.fed, history[:-1])
+        self.rewind_to(keep)
+        self.synced = self.cache.offset
         return list(history[self.cache.offset :])
 
     def _unsure(self, lps: list[mx.array], j: int) -> bool:
@@ -83,6 +94,7 @@ class DraftModel:
         if len(todo) > 1:
             prefill(self.lm.model, todo[:-1], self.cache.cache)
             self.fed.extend(todo[:-1])
+            self.synced = len(self.fed)
             todo = todo[-1:]
         return todo
 
@@ -121,63 +133,117 @@ class DraftModel:
         values = mx.concatenate(toks).tolist()
         # Step i fed the token before it: history's last token, then values[:-1].
         self.fed.extend(todo + values[: len(toks) - 1])
+        self.synced = len(history)  # fed = history, then this round's drafts
         logq = mx.concatenate(lps[:keep], axis=0) if not params.greedy and keep else None
         return Draft(values[:keep], logq, self.name)
 
 
 class PromptLookup:
-    """N-gram lookup: continue the longest recent n-gram match in the history or extra text.
+    """N-gram lookup: continue a match in the history (or extra text), no model call.
 
-    No model call. An index maps each n-gram (min_n..max_n) to the position after its latest
-    occurrence; it is updated incrementally as the history grows and rebuilt when it shrinks.
+    Three things make its drafts land on copy-heavy edits:
+    - a match that was accepted continues across rounds (a cursor into the source), so
+      the draft keeps following the text being copied instead of re-searching each round;
+    - after the model departs from the source (the edit itself), the next lookup prefers
+      the occurrence nearest after where the copy left off (the rest of the edited text
+      usually follows there) over the most recent one anywhere;
+    - n-grams from `max_n` down to 1 token.
+    Per-round work does not grow with the context: the index maps each n-gram to the
+    positions after its occurrences (appended as the history grows, popped on a rewind),
+    and the history is checked against the last one by its tail only.
     """
 
     name = "lookup"
+    TAIL_CHECK = 16  # tokens compared to decide that the history only grew since last time
 
-    def __init__(self, max_n: int = 4, min_n: int = 2, extra: Sequence[int] = ()):
+    def __init__(self, max_n: int = 4, min_n: int = 1, extra: Sequence[int] = ()):
         self.max_n, self.min_n = max_n, min_n
         self.hist: list[int] = []
-        self.index: dict[tuple[int, ...], int] = {}
+        self.index: dict[tuple[int, ...], list[int]] = {}
         self.extra = list(extra)
-        self.extra_index = self._build(self.extra, len(self.extra))
+        self.extra_index: dict[tuple[int, ...], list[int]] = {}
+        self._add(self.extra, self.extra_index, 0, len(self.extra))
         self.last_match = 0  # n of the last successful match (0 = none)
+        self.src = -1  # where in hist the last draft was copied from (-1: none)
+        self.src_at = 0  # len(hist) when that draft was made
+        self.anchor = -1  # where the last copy run left the source (a locality hint)
 
-    def set_extra(self, tokens: Sequence[int]) -> None:
-        """Extra text to copy from, e.g. the file being edited (tokenized)."""
-        self.extra = list(tokens)
-        self.extra_index = self._build(self.extra, len(self.extra))
+    # ---- the index ----------------------------------------------------------------------
 
-    def _build(self, seq: Sequence[int], upto: int, index: dict | None = None,
-               start: int = 0) -> dict:
-        index = {} if index is None else index
+    def _add(self, seq: Sequence[int], index: dict, start: int, upto: int) -> None:
+        """Index the n-grams ending at each `end` in [start, upto) (their continuation
+        starts at `end`, so it must exist: upto <= len(seq))."""
         for end in range(max(start, self.min_n), upto):
             for n in range(self.min_n, min(self.max_n, end) + 1):
-                index[tuple(seq[end - n : end])] = end
-        return index
+                index.setdefault(tuple(seq[end - n : end]), []).append(end)
 
     def rewind_to(self, n: int) -> None:
-        if n < len(self.hist):
-            self.hist = self.hist[:n]
-            self.index = self._build(self.hist, len(self.hist))
+        """Forget history from position n on; costs O(tokens removed)."""
+        if n >= len(self.hist):
+            return
+        for end in range(len(self.hist) - 1, max(n, self.min_n) - 1, -1):
+            for m in range(self.min_n, min(self.max_n, end) + 1):
+                key = tuple(self.hist[end - m : end])
+                ends = self.index[key]
+                ends.pop()  # ends are appended in order, so `end` is the last one
+                if not ends:
+                    del self.index[key]
+        del self.hist[n:]
+        if self.src >= n or self.src_at > n:
+            self.src, self.anchor = -1, -1
 
     def _update(self, history: Sequence[int]) -> None:
-        self.rewind_to(common_prefix(self.hist, history))
-        old = len(self.hist)
-        self.hist.extend(history[old:])
-        # Index n-grams that have at least one continuation token (end < len).
-        self._build(self.hist, len(self.hist), self.index, start=max(old - 1, 0))
+        h, t = len(self.hist), self.TAIL_CHECK
+        grown = h <= len(history) and list(history[max(h - t, 0) : h]) == self.hist[max(h - t, 0) :]
+        if not grown:  # a different history (a new prompt): rewind to what they share
+            self.rewind_to(common_prefix(self.hist, history))
+            h = len(self.hist)
+        self.hist.extend(history[h:])
+        self._add(self.hist, self.index, h, len(self.hist))
+
+    # ---- matching -----------------------------------------------------------------------
+
+    def _follow(self) -> int:
+        """Continue the last draft's source: the position in hist to copy from next, or -1
+        when the tokens added since then left it (the anchor then marks where)."""
+        if self.src < 0:
+            return -1
+        added = self.hist[self.src_at :]
+        for i, tok in enumerate(added):
+            j = self.src + i
+            if j >= len(self.hist) or self.hist[j] != tok:
+                self.anchor, self.src = j, -1
+                return -1
+        return self.src + len(added)
+
+    def _pick(self, ends: list[int]) -> int:
+        """The occurrence to copy from: the first at or after the anchor, else the latest."""
+        import bisect
+
+        if self.anchor >= 0:
+            i = bisect.bisect_left(ends, self.anchor)
+            if i < len(ends) and ends[i] < len(self.hist):
+                return ends[i]
+        return ends[-1]
 
     def match(self, history: Sequence[int], k: int) -> tuple[int, list[int]]:
-        """(n, continuation) for the longest suffix n-gram seen before; (0, []) if none."""
+        """(n, continuation): n is the matched n-gram length (the whole run so far when a
+        match continues); (0, []) when nothing matches."""
         self._update(history)
+        end = self._follow()
+        if end >= 0:
+            self.src, self.src_at = end, len(self.hist)
+            return max(self.last_match, self.max_n), _continue(self.hist, end, k)
         for n in range(min(self.max_n, len(history)), self.min_n - 1, -1):
             key = tuple(history[-n:])
-            end = self.index.get(key)
-            if end is not None and end < len(self.hist):
+            ends = self.index.get(key)
+            if ends:
+                end = self._pick(ends)
+                self.src, self.src_at = end, len(self.hist)
                 return n, _continue(self.hist, end, k)
-            end = self.extra_index.get(key)
-            if end is not None and end < len(self.extra):
-                return n, self.extra[end : end + k]
+            ends = self.extra_index.get(key)
+            if ends:
+                return n, self.extra[ends[-1] : ends[-1] + k]
         return 0, []
 
     def propose(self, history, k, params, constraint=None) -> Draft:
