@@ -58,8 +58,6 @@ def _diff(rt, arg: str) -> Reply:
     """Uncommitted changes, then the agent's last commit if HEAD is one."""
     import git as gitpython
 
-    from ..git import is_agent_commit
-
     if not rt.git.enabled:
         return Reply(rt.git.warning or "not a git repository", error=True)
     repo = rt.git.repo
@@ -68,7 +66,7 @@ def _diff(rt, arg: str) -> Reply:
         work = repo.git.diff("HEAD") if repo.head.is_valid() else repo.git.diff()
         if work.strip():
             parts.append("# uncommitted changes\n" + work)
-        if repo.head.is_valid() and is_agent_commit(repo.head.commit.message):
+        if repo.head.is_valid() and rt.git.is_agent_commit_id(repo.head.commit.hexsha):
             head = repo.head.commit
             parts.append(f"# spec-agent's last commit {head.hexsha[:8]}\n" + repo.git.show("--format=%s", head.hexsha))
     except gitpython.exc.GitCommandError as e:
