@@ -22,7 +22,7 @@ from agent.backends.base import ModelError, split_results, wire_messages
 from agent.backends.openai import ApiOptions, OpenAIBackend, ServerError, api_key_from_env
 from agent.cancel import CancelToken
 from agent.cli import main as cli_main
-from agent.events import (AgentResult, GenerationStats, TextDelta, ToolCallFinished,
+from agent.events import (AgentResult, DecodeProgress, GenerationStats, TextDelta, ToolCallFinished,
                           ToolCallStarted, TurnStats)
 from agent.runtime import Runtime
 
@@ -61,11 +61,13 @@ def run_conversation(repo: Path, b: OpenAIBackend, *texts: str) -> list:
 
 
 def test_streams_text_and_reports_server_figures():
-    with FakeServer([text_reply("Hello from the server.", pieces=5, cached=30, delay_each=0.05)]) as srv:
+    with FakeServer([text_reply("Hello from the server.", pieces=5, cached=30, delay_each=0.08)]) as srv:
         b = backend(srv.url)
         text, stats, events = turn(b)
     assert text == "Hello from the server."
     assert sum(isinstance(e, TextDelta) for e in events) >= 5  # streamed, not one blob
+    live = [e for e in events if isinstance(e, DecodeProgress)]
+    assert live and live[-1].generated >= 2 and live[-1].tps > 0  # meters move while it streams
     req = srv.requests[0]
     assert req["model"] == "fake-model"  # "default" → the first model /models lists
     assert req["stream"] is True and req["stream_options"] == {"include_usage": True}
@@ -372,3 +374,23 @@ def test_without_a_listed_model_the_server_picks_its_own():
         b = backend(srv.url, model="m")
         with pytest.raises(ServerError, match="HTTP 401: no key"):
             turn(b)
+
+
+def test_stream_json_carries_the_same_event_kinds_as_the_local_engine(repo, capsys):
+    from argparse import Namespace
+
+    from agent.commands import run_task
+    from scripted import ScriptedModel, call
+
+    edit = {"path": "calc.py", "edits": [{"old": "return a - b", "new": "return a - b  # diff"}]}
+    with FakeServer([tool_reply("edit_file", edit), text_reply("Done it.")]) as srv:
+        assert cli_main(["-p", "note sub", "--engine", "openai", "--base-url", srv.url, "-C",
+                         str(repo), "--yes", "--output-format", "stream-json"]) == 0
+    served = [json.loads(l)["type"] for l in capsys.readouterr().out.splitlines()]
+    git(repo, "reset", "-q", "--hard", "HEAD~1")
+    args = Namespace(output_format="stream-json", repo=repo, stats=False)
+    local = ScriptedModel([call("edit_file", **edit), "Done it."])
+    assert run_task("note sub", args, full_auto(), model=local) == 0
+    scripted = [json.loads(l)["type"] for l in capsys.readouterr().out.splitlines()]
+    assert served == scripted
+    assert {"tool_call_started", "tool_call_finished", "git_action", "turn_stats"} <= set(served)

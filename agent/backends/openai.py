@@ -259,6 +259,9 @@ class OpenAIBackend:
                 if value.strip() == "[DONE]":
                     return False
                 yield from state.feed(value)
+                progress = state.progress()
+                if progress is not None:
+                    yield progress
             elif kind == "end":  # closed without [DONE]: complete only if it said it finished
                 if not state.finish:
                     raise ModelError(f"{self.host}: the stream ended before the answer was complete")

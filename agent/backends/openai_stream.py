@@ -19,8 +19,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..core.callformat import CLOSE, OPEN
-from ..events import GenerationStats, TextDelta
+from ..events import DecodeProgress, GenerationStats, TextDelta
 from .base import ModelError
+
+PROGRESS_EVERY_S = 0.2  # DecodeProgress at most this often, as the local engine
 
 FINISH = {"stop": "stop", "tool_calls": "stop", "function_call": "stop", "length": "length",
           "eos": "stop"}
@@ -44,6 +46,20 @@ class StreamState:
     finish: str = ""
     usage: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, Any] = field(default_factory=dict)
+    last_progress: float = 0.0
+
+    def progress(self) -> DecodeProgress | None:
+        """Live figures from the stream (deltas so far, their rate), at most 5 times a second;
+        what only the final usage says (context size, drafting) stays unknown here."""
+        now = time.perf_counter()
+        if not self.first or now - self.last_progress < PROGRESS_EVERY_S:
+            return None
+        self.last_progress = now
+        elapsed = now - self.first
+        tps = (self.deltas - 1) / elapsed if self.deltas > 1 and elapsed > 0 else 0.0
+        return DecodeProgress(generated=self.deltas, tps=tps, elapsed_s=elapsed, drafted=0,
+                              accepted=0, rounds=0, k=0, speculation="?", reason="",
+                              context_tokens=0, context_limit=0)
 
     def feed(self, data: str) -> list[TextDelta]:
         """Take one SSE `data` payload; returns the text to show now."""
