@@ -83,24 +83,30 @@ def test_undo_restores_what_an_unsandboxed_command_destroyed(git_repo, kind, cap
     assert state(git_repo) == before
 
 
+# In the sandbox .git is read-only: `rm -rf .` removes everything else, reset/checkout fail.
+SANDBOXED = {"rm": DESTROY["rm"], "clean": DESTROY["clean"], "rm-dot": "rm -rf ."}
+
+
 @needs_bwrap
-@pytest.mark.parametrize("kind", ["rm", "clean"])
+@pytest.mark.parametrize("kind", sorted(SANDBOXED))
 def test_undo_restores_what_a_sandboxed_command_destroyed(git_repo, kind):
     uncommitted_work(git_repo)
     before = state(git_repo)
-    run_destroyer(git_repo, DESTROY[kind], "auto")
+    run_destroyer(git_repo, SANDBOXED[kind], "auto")
     assert tree_bytes(git_repo) != before[0]
     assert undo_cli(git_repo) == 0
     assert state(git_repo) == before
 
 
 @needs_bwrap
-def test_sandboxed_git_reset_cannot_even_start(git_repo):
+def test_sandboxed_git_reset_cannot_even_start(git_repo, capsys):
     uncommitted_work(git_repo)
     before = state(git_repo)
     events = run_destroyer(git_repo, "git reset --hard", "auto")
     done = [e for e in events if isinstance(e, ToolCallFinished)]
     assert not done[0].ok and "Read-only file system" in done[0].output
+    assert state(git_repo) == before
+    assert undo_cli(git_repo) == 0 and "nothing to undo" in capsys.readouterr().out
     assert state(git_repo) == before
 
 

@@ -254,16 +254,17 @@ class SnapshotStore:
 
     def undo(self, ident: str = "") -> str:
         """Restore snapshot `ident`, or the newest one that differs from the present; returns
-        what was done. SnapshotError when there is nothing to undo or it is unsafe."""
+        what was done ("nothing to undo" when no snapshot differs from the present).
+        SnapshotError when it would drop a commit of the user's, or git fails."""
         if not self.enabled:
             raise SnapshotError(self.warning)
         try:
             with tempfile.TemporaryDirectory(prefix="spec-agent-snap-") as scratch:
                 now = self._state(Path(scratch))
-            if ident:
-                target = self.find(ident)
-            else:
-                target = self._newest_different(now)
+            target = self.find(ident) if ident else self._newest_different(now)
+            if target is None:
+                return ("nothing to undo: the work tree is as it was before the agent's last "
+                        "action (spec-agent undo --list shows the snapshots)")
             guard = GitGuard.open(self.top)
             self._check_branch(target, guard)
             saved = self._record(now, f"undo to {target.id}", "", "undo")
@@ -278,7 +279,7 @@ class SnapshotStore:
         return (f"restored the work tree to snapshot {target.id} (before {target.label}); "
                 f"the state before this undo is snapshot {saved.id} (spec-agent undo {saved.id})")
 
-    def _newest_different(self, now: _State) -> Snapshot:
+    def _newest_different(self, now: _State) -> Snapshot | None:
         """The newest not-undone action snapshot whose state differs from `now`; the ones
         equal to it on the way are marked undone (nothing of them is left to undo)."""
         for snap in self.list():
@@ -289,8 +290,7 @@ class SnapshotStore:
             name = snap.ref.rsplit("/", 1)[-1]
             self._git("update-ref", "--stdin", input=f"create {UNDONE_REF}{name} {snap.sha}\n"
                       f"delete {snap.ref} {snap.sha}\n")
-        raise SnapshotError("nothing to undo: no snapshot differs from the work tree "
-                            "(spec-agent undo --list shows them)")
+        return None
 
     def _check_branch(self, target: Snapshot, guard: GitGuard) -> None:
         """Refuse when moving the snapshot's branch back would drop commits not the agent's."""
