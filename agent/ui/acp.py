@@ -74,6 +74,8 @@ class SpecAgent:
         self.primary, self.flags = primary, flags
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spec-agent-engine")
         self.load_job = self.pool.submit(primary.load) if primary.model is None else None
+        if self.load_job is not None:
+            self.load_job.add_done_callback(_log_load)
         self.runtimes: dict[Path, Any] = {primary.root: primary}
         self.sessions: dict[str, _Session] = {}
         self.conn: Any = None
@@ -208,7 +210,10 @@ class SpecAgent:
         except Exception as e:  # noqa: BLE001 - a failed turn answers this request, the server goes on
             if isinstance(e, RequestError):
                 raise
-            log.exception("session %s: the prompt failed", session_id)
+            if getattr(e, "exit_code", None) is not None:  # our own errors say what went wrong
+                log.error("session %s: %s", session_id, e)
+            else:
+                log.exception("session %s: the prompt failed", session_id)
             raise RequestError.internal_error({"details": str(e) or type(e).__name__}) from None
         finally:
             cancel.cancel()  # a client gone mid-turn (this task cancelled) stops the engine too
@@ -334,6 +339,14 @@ def replay(messages: list[dict[str, str]], root: Path) -> list[Any]:
                                            status="failed" if call.error else "completed",
                                            raw_input=call.arguments))
     return out
+
+
+def _log_load(job: concurrent.futures.Future) -> None:
+    error = None if job.cancelled() else job.exception()
+    if error is not None:
+        log.error("cannot load the model: %s", error)
+    elif not job.cancelled():
+        log.info("model loaded")
 
 
 def _ignore_mcp(servers: list[Any] | None) -> None:
