@@ -83,8 +83,8 @@ def test_undo_restores_what_an_unsandboxed_command_destroyed(git_repo, kind, cap
     assert state(git_repo) == before
 
 
-# In the sandbox .git is read-only: `rm -rf .` removes everything else, reset/checkout fail.
-SANDBOXED = {"rm": DESTROY["rm"], "clean": DESTROY["clean"], "rm-dot": "rm -rf ."}
+# In the sandbox .git is read-only: `rm -rf "$(pwd)"` removes all else, reset/checkout fail.
+SANDBOXED = {"rm": DESTROY["rm"], "clean": DESTROY["clean"], "rm-pwd": "rm -rf \"$(pwd)\""}
 
 
 @needs_bwrap
