@@ -76,9 +76,10 @@ _CHOICES = {
 
 # Keys that loosen safety: a cloned repo must not grant itself full-auto, longer commands,
 # an unsandboxed shell or the network.
-# Nor may it send the code (and the user's API key) to a server of its choosing.
+# Nor may it send the code (and the user's API key) to a server of its choosing, or make
+# the snapshots that undo relies on expire early (a .specrc the agent itself wrote, too).
 REPO_FORBIDDEN = ("approval_mode", "dirty_files", "shell_timeout_s", "sandbox", "allow_network",
-                  "engine", "base_url")
+                  "engine", "base_url", "snapshot_max_count", "snapshot_max_age_days")
 
 # key: (test, what the value must be)
 _RANGES = {

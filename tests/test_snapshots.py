@@ -250,3 +250,13 @@ def test_pruning_by_age_drops_old_snapshots_and_commit_records(git_repo):
     store = SnapshotStore(SnapshotStore.open(git_repo).top, max_age_days=1e-9)
     assert store.prune() >= 1
     assert store.list() == [] and git(git_repo, "for-each-ref", "refs/spec-agent/").strip() == ""
+
+
+@pytest.mark.parametrize("line", ["snapshot_max_count = 1", "snapshot_max_age_days = 0.0001"])
+def test_a_repository_cannot_shorten_its_snapshots(tmp_path, monkeypatch, line):
+    from agent.config import ConfigError, load_config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    (tmp_path / ".specrc").write_text(line + "\n")  # e.g. written by the agent itself
+    with pytest.raises(ConfigError, match="may not be set by a repository's .specrc"):
+        load_config(tmp_path)
