@@ -142,9 +142,21 @@ def check(world: World, case: dict, seen: dict, before: dict, state: tuple, elap
         assert world.state() == state
 
 
+def _unique(value: Any, n: str) -> Any:
+    """`value` with every "{n}" in its strings replaced by `n` (markers no other run shares)."""
+    if isinstance(value, str):
+        return value.replace("{n}", n)
+    if isinstance(value, dict):
+        return {k: _unique(v, n) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unique(v, n) for v in value]
+    return value
+
+
 def run_case(case: dict, tmp_path: Path, monkeypatch) -> None:
     import tools.grep
 
+    case = _unique(case, str(os.getpid()))
     monkeypatch.setattr(tools.grep, "TIME_LIMIT_S", 2.0)  # the limit kept, sooner (fast tests)
     world = World(tmp_path, monkeypatch)
     world.setup(case.get("setup", ""))
