@@ -76,7 +76,7 @@ def _open_folder(root: Path, parent: Path) -> int:
                 nxt = os.open(part, _DIR_FLAGS | getattr(os, "O_NOFOLLOW", 0), dir_fd=fd)
             except (NotADirectoryError, OSError) as e:
                 if isinstance(e, NotADirectoryError) or e.errno == errno.ELOOP:  # a symlink now
-                    raise PathError(f"{part}: not a plain folder any more (swapped for a symlink?); refused") from None
+                    raise PathError(f"{part}: not a folder, or swapped for a symlink; refused") from None
                 raise
             os.close(fd)
             fd = nxt
