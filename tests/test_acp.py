@@ -375,3 +375,48 @@ def test_acp_front_end_imports_no_ui_toolkit():
 
     r = _import_blocked(("textual", "prompt_toolkit"), (), "agent.ui.acp, agent.ui.acp_events")
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr
+
+
+# ---- the translation, without a process ------------------------------------------------------
+
+
+def test_translator_hides_call_markup_and_maps_stops(tmp_path):
+    from dataclasses import replace as dc_replace
+
+    from scripted import fake_stats
+
+    from agent.events import AgentResult, AssistantMessage, TextDelta, TurnStats
+    from agent.ui.acp import merge_text
+    from agent.ui.acp_events import Translator
+
+    clock = iter([0.0, 0.1, 0.2, 5.0]).__next__
+    tr = Translator(tmp_path, clock=clock)
+    out = []
+    for piece in ("Let me look. <tool", "_call>{\"name\": \"read_file\", ", "\"arguments\": {}}</tool_call>"):
+        out += tr.feed(TextDelta(piece, ()))
+    out += tr.feed(AssistantMessage("Let me look.", 1))
+    assert "".join(u.content.text for u in merge_text(out)) == "Let me look. "
+    stats = dc_replace(fake_stats(), finish_reason="length", context_tokens=10, context_limit=100)
+    usage, = tr.feed(TurnStats(1, stats))
+    assert (usage.used, usage.size) == (10, 100) and usage.field_meta["spec-agent"]["k"] == 3
+    assert tr.stop_reason(AgentResult(False, "", 1, {}, stop_reason="answered")) == "max_tokens"
+    assert tr.stop_reason(AgentResult(False, "", 8, {}, stop_reason="max_turns")) == "max_turn_requests"
+
+
+def test_prompt_blocks_and_edit_previews(tmp_path):
+    from acp import embedded_text_resource, resource_block, resource_link_block
+
+    from agent.ui.acp_events import edit_texts, prompt_text
+
+    root = make_repo(tmp_path / "r", {"calc.py": "x = 1\n"})
+    text = prompt_text([text_block("fix"), resource_link_block("calc.py", (root / "calc.py").as_uri()),
+                        resource_link_block("doc", "https://example.com/doc"),
+                        resource_block(embedded_text_resource((root / "n.md").as_uri(), "note"))], root)
+    assert text == 'fix\n@calc.py\ndoc (https://example.com/doc)\n<file path="n.md">\nnote\n</file>'
+    with pytest.raises(ValueError, match="text only"):
+        prompt_text([image_block("aGk=", "image/png")], root)
+    assert edit_texts(root, "write_file", {"path": "new.txt", "content": "y"}) == (str(root / "new.txt"), None, "y")
+    assert edit_texts(root, "edit_file", {"path": "calc.py", "edits": [{"old": "1", "new": "2"}]})[1:] == ("x = 1\n", "x = 2\n")
+    for bad in ({"content": "y"}, {"path": ".", "content": "y"}, {"path": "../out", "content": "y"}):
+        assert edit_texts(root, "write_file", bad) is None  # the tool will say why; no diff shown
+    assert edit_texts(root, "edit_file", {"path": "calc.py", "edits": [{"old": "zzz", "new": "2"}]}) is None

@@ -67,6 +67,8 @@ def edit_texts(root: Path, name: str, arguments: dict[str, Any]) -> tuple[str, s
     path = str(arguments.get("path", ""))
     try:
         full = confine(root, path)
+        if not path or full.is_dir():
+            return None
         old = read_text(full.read_bytes()) if full.is_file() else None
     except (PathError, OSError):
         return None
