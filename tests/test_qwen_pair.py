@@ -19,11 +19,12 @@ SMALL, LARGE = "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"
 FIXED = {"def add(a, b):\n    return a + b  # 123":
          [750, 912, 2877, 11, 293, 982, 262, 470, 264, 488, 293, 220, 671, 220, 16, 17, 18]}
 PPL_TOKENS = 192
-# Perplexity threshold over the first PPL_TOKENS tokens: measured 5.0-13.3 on the tuning files
-# (textwrap, shlex, heapq) with the 0.5B; a wrong RoPE convention gave 77 on textwrap.
+# Perplexity threshold over the first PPL_TOKENS tokens, set from the tuning files (textwrap,
+# shlex, heapq): measured 5.0-13.3 with the 0.5B and 2.3-8.0 with the 1.5B. With the other
+# RoPE convention the 0.5B gave 77 on textwrap (384 tokens).
 PPL_MAX = 20.0
 CHECK_FILES = ("bisect", "colorsys", "json.decoder")  # not used to set the threshold
-PRIME = 'def is_prime(n: int) -> bool:\n    """Return True if n is a prime number."""\n'
+GCD = 'def gcd(a: int, b: int) -> int:\n    """Greatest common divisor of a and b."""\n'
 
 _loaded: dict = {}
 
@@ -109,11 +110,11 @@ def _function_body(completion: str) -> str:
 
 def test_small_model_continues_with_working_python():
     lm = _model(SMALL)
-    code = PRIME + _function_body(_greedy(lm, PRIME, 120))
+    code = GCD + _function_body(_greedy(lm, GCD, 48))
     ast.parse(code)
     scope: dict = {}
     exec(compile(code, "<model>", "exec"), scope)  # noqa: S102 - the model's own function
-    assert [n for n in range(30) if scope["is_prime"](n)] == [2, 3, 5, 7, 11, 13, 17, 19, 23, 29]
+    assert [scope["gcd"](a, b) for a, b in ((12, 18), (17, 5), (0, 9), (100, 75))] == [6, 1, 9, 25]
 
 
 @pytest.mark.parametrize("module", CHECK_FILES)
@@ -139,7 +140,7 @@ def test_large_model_perplexity_and_draft_agreement():
         ppl, choice = _perplexity(big, ids)
         assert ppl < PPL_MAX, f"{m}: perplexity {ppl:.1f}"
         agree.append(float((choice == small_choice[m]).mean()))
-    assert min(agree) > 0.6, agree
+    assert min(agree) > 0.6, agree  # measured 0.68-0.72 on the tuning files
 
 
 def test_trained_pair_bench_machinery_on_a_tiny_pair(pair):
