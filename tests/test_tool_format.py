@@ -191,3 +191,26 @@ def test_conversation_round_trip_on_the_native_format(qwen, repo):
     assert all(e.output for e in events if isinstance(e, ToolCallFinished))
     prompt = qwen.tokenizer.decode(model.session.tokens)
     assert "<tool_response>\n" in prompt  # the second turn read the result the template's way
+
+
+@pytest.mark.parametrize("reply", [
+    '{"name": "read_file", "arguments": {"path": "calc.py"}}',
+    '```json\n{"name": "read_file", "parameters": {"path": "calc.py"}}\n```',  # Llama 3.x style
+])
+def test_a_bare_call_object_is_a_call(reply):
+    from agent.core.callformat import strip_calls
+
+    (c,) = parse_calls(reply)
+    assert c.error == "" and c.name == "read_file" and c.arguments == {"path": "calc.py"}
+    assert strip_calls(reply) == ""
+
+
+@pytest.mark.parametrize("reply", [
+    '{"name": "Ada", "arguments": {}}',  # not a tool
+    'Here it is: {"name": "read_file", "arguments": {"path": "a"}}',  # prose around it
+    '{"name": "read_file", "arguments": {"path": "a"}',  # not JSON
+])
+def test_other_json_replies_stay_text(reply):
+    from agent.core.callformat import strip_calls
+
+    assert parse_calls(reply) == [] and strip_calls(reply) == reply.strip()

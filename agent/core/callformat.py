@@ -2,7 +2,9 @@
 
 A call is written as `<tool_call>{"name": "...", "arguments": {...}}</tool_call>` (the format
 Qwen2.5's chat template uses; the embedded SmolLM2 has none of its own, so it learns this one
-from the system prompt). Results go back to the model as `<tool_result ...>` blocks in a user
+from the system prompt). A reply that is nothing but one call object, without the markers
+(`{"name": "read_file", "arguments": {...}}`, or `"parameters"` as Llama 3.x writes it), naming
+one of the tools, counts as that call: small models often drop the markers. Results go back to the model as `<tool_result ...>` blocks in a user
 message. The grammar that constrains calls (agent/constraints.py) uses the same markers.
 """
 
@@ -17,6 +19,24 @@ from tools import ToolResult, validate
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(re.escape(OPEN) + r"(.*?)(?:" + re.escape(CLOSE) + r"|\Z)", re.DOTALL)
+_FENCE = re.compile(r"\A```(?:json)?\s*\n(.*?)\n?```\Z", re.DOTALL)
+
+
+def _bare_call(text: str) -> str | None:
+    """`text` as a call body when it is only a call object naming a tool (fenced or not)."""
+    from tools import TOOLS
+
+    body = text.strip()
+    fenced = _FENCE.match(body)
+    body = fenced.group(1).strip() if fenced else body
+    if not (body.startswith("{") and body.endswith("}") and '"name"' in body):
+        return None
+    try:
+        obj = json.loads(body)
+    except json.JSONDecodeError:
+        return None
+    args = obj.get("arguments", obj.get("parameters")) if isinstance(obj, dict) else None
+    return body if obj.get("name") in TOOLS and isinstance(args, (dict, str)) else None
 
 
 @dataclass(frozen=True)
@@ -56,8 +76,13 @@ def _decode_call(body: str) -> ParsedCall:
 
 
 def call_bodies(text: str) -> list[str]:
-    """The text inside every `<tool_call>…</tool_call>` in `text` (an unclosed last one too)."""
-    return [m.group(1) for m in _CALL.finditer(text)]
+    """The text inside every `<tool_call>…</tool_call>` in `text` (an unclosed last one too),
+    or the whole reply when it is a bare call object."""
+    bodies = [m.group(1) for m in _CALL.finditer(text)]
+    if bodies:
+        return bodies
+    bare = _bare_call(text)
+    return [bare] if bare is not None else []
 
 
 def parse_calls(text: str) -> list[ParsedCall]:
@@ -67,6 +92,8 @@ def parse_calls(text: str) -> list[ParsedCall]:
 
 def strip_calls(text: str) -> str:
     """`text` without its tool calls (an unclosed last one included)."""
+    if _CALL.search(text) is None and _bare_call(text) is not None:
+        return ""
     return _CALL.sub("", text).strip()
 
 
