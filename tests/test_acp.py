@@ -94,8 +94,8 @@ async def start(conn: Any, repo: Path) -> str:
     return session.session_id
 
 
-def run(coro: Any) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, TIMEOUT_S))
+def run(coro: Any, timeout_s: float = TIMEOUT_S) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, timeout_s))
 
 
 @pytest.fixture
@@ -335,7 +335,7 @@ def test_real_engine_cancel_keeps_conversation_and_caches_consistent(tmp_path, r
                                 if u.session_update == "agent_message_chunk")
         return sid, cancelled, again, fresh, warm_text, cold_text
 
-    sid, cancelled, again, fresh, warm_text, cold_text = run(go())
+    sid, cancelled, again, fresh, warm_text, cold_text = run(go(), 4 * TIMEOUT_S)
     assert cancelled.stop_reason == "cancelled" and cancelled.usage.output_tokens < 200
     assert again.stop_reason in ("end_turn", "max_tokens") and fresh.stop_reason == again.stop_reason
     assert len(set(warm_text)) > 10  # varied text, not one repeated token
@@ -359,12 +359,12 @@ def test_embedded_model_answers_over_acp(tmp_path, repo, embedded):
             (home / shared).symlink_to(store.home() / shared)
 
     async def go() -> Any:
-        argv = real("default", "--max-tokens", "48", before=("--max-turns", "2"))
+        argv = real("default", "--max-tokens", "32", before=("--max-turns", "1"))
         async with serve(client, argv, repo, home) as (conn, _, _e):
             sid = await start(conn, repo)
             return await conn.prompt(session_id=sid, prompt=[text_block("Say hello in one short sentence.")])
 
-    response = run(go())
+    response = run(go(), 4 * TIMEOUT_S)
     assert response.stop_reason in ("end_turn", "max_tokens", "max_turn_requests")
     assert client.text().strip() and response.usage.output_tokens > 0
     assert response.field_meta["spec-agent"]["decode_tps"] > 0
