@@ -26,6 +26,9 @@ Log = Callable[[str], None]
 
 @dataclass(frozen=True)
 class EmbeddedModel:
+    """One wheel holding the GGUF file, whose tensor types MLX's own reader reads (no
+    conversion to cache)."""
+
     name: str
     package: str  # PyPI requirement carrying the file
     wheel_sha256: str
@@ -350,17 +353,24 @@ def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file()) if path.is_dir() else 0
 
 
+def _converted_status(m: StoreModel) -> str:
+    """'yes, N GB' (cached), 'no', or 'not needed' (MLX reads every tensor type itself)."""
+    conv = converted_for(m.file_sha256)
+    if conv:
+        return f"yes, {sum(_size(c) for c in conv) / 1e9:.1f} GB"
+    return "not needed" if isinstance(m, EmbeddedModel) else "no"
+
+
 def list_models() -> list[dict[str, str]]:
     """One row per known model and per other GGUF file in the store."""
     rows = []
     for m in KNOWN.values():
         present = is_present(m)
-        conv = converted_for(m.file_sha256) if present else []
         size = model_path(m).stat().st_size if present else 0
         rows.append({
             "name": m.name, "licence": m.licence, "description": m.description,
             "size": f"{size / 1e6:.0f} MB" if present else "-",
-            "converted": ("yes, " + f"{sum(_size(c) for c in conv) / 1e9:.1f} GB") if conv else "no",
+            "converted": _converted_status(m) if present else "no",
             "status": str(model_path(m)) if present else f"not pulled ({PULL_HINT} {m.name})",
         })
     root = home() / "models"

@@ -27,11 +27,10 @@ import numpy as np
 from . import convert_cache
 from .errors import ModelLoadError
 from .gguf_arch import args_dict, map_name, model_class
-from .gguf_header import GGUFHeader, TensorInfo, read_header
+from .gguf_header import GGUFHeader, TensorInfo, mlx_readable, read_header
 from .gguf_tokenizer import build_tokenizer, stop_ids
 
 log = logging.getLogger(__name__)
-NATIVE_TYPES = {0, 1, 2, 3, 8}  # F32, F16, Q4_0, Q4_1, Q8_0: what mx.load reads
 _SUFFIXES = ("weight", "scales", "biases")
 _GROUP = 64  # MLX affine group size used when re-quantizing on a GPU
 
@@ -221,7 +220,7 @@ def load_gguf(path: Path, dequantize: bool, cache: bool = True,
     `cache`: keep and reuse converted weights in the store (gguf-package reader only)."""
     header = read_header(path)
     args_dict(header.metadata, set())  # refuse unsupported architectures before any work
-    native = all(t.ggml_type in NATIVE_TYPES for t in header.tensors)
+    native = mlx_readable(header)
     if reader == "mlx" or (reader == "auto" and native):
         if not native:
             raise ModelLoadError(f"{path}: MLX's GGUF reader cannot read its tensor types")

@@ -22,6 +22,7 @@ _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: 
 _NP = {0: "<u1", 1: "<i1", 2: "<u2", 3: "<i2", 4: "<u4", 5: "<i4", 6: "<f4", 7: "?", 10: "<u8",
        11: "<i8", 12: "<f8"}
 _STRING, _ARRAY = 8, 9
+NATIVE_TYPES = {0, 1, 2, 3, 8}  # F32, F16, Q4_0, Q4_1, Q8_0: what MLX's own reader reads
 _MAX_COUNT = 1 << 24
 
 
@@ -145,3 +146,8 @@ def read_header(path: Path) -> GGUFHeader:
 def check_gguf(path: Path) -> None:
     """Raise `ModelLoadError` unless `path` is a structurally sound GGUF file."""
     read_header(path)
+
+
+def mlx_readable(header: GGUFHeader) -> bool:
+    """Whether MLX's own GGUF reader handles every tensor of the file."""
+    return all(t.ggml_type in NATIVE_TYPES for t in header.tensors)
