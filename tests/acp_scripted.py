@@ -13,16 +13,16 @@ import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from scripted import ScriptedModel, fake_stats  # noqa: E402
+from scripted import ScriptedModel, fake_stats
 
-from agent.cancel import CancelToken  # noqa: E402
-from agent.events import Event, TextDelta  # noqa: E402
+from agent.cancel import CancelToken
+from agent.events import Event, TextDelta
 
 SLOW = "<slow>"
 CONTEXT_LIMIT = 2048

@@ -13,9 +13,10 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import pytest
 from acp import RequestError, image_block, spawn_agent_process, text_block
@@ -251,8 +252,8 @@ def test_malformed_messages_get_errors_and_serving_goes_on(tmp_path, repo):
             for line in (b"{this is not json\n", b"[1, 2, 3]\n", b"\xff\xfe\n",
                          b'{"jsonrpc": "2.0", "id": 901, "method": "session/prompt", "params": {"sessionId": 5}}\n',
                          b'{"jsonrpc": "2.0", "id": 902, "method": "no/such_method", "params": {}}\n',
-                         b'{"jsonrpc": "2.0", "id": 903, "method": "session/prompt", '
-                         b'"params": {"sessionId": "nope", "prompt": []}}\n'):
+                         (b'{"jsonrpc": "2.0", "id": 903, "method": "session/prompt", '
+                          b'"params": {"sessionId": "nope", "prompt": []}}\n')):
                 proc.stdin.write(line)
             await proc.stdin.drain()
             with pytest.raises(RequestError) as image:  # content it did not advertise

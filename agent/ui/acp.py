@@ -24,10 +24,11 @@ import json
 import logging
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from acp import PROTOCOL_VERSION, RequestError, text_block
 from acp._transport import NdjsonTransport
