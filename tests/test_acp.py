@@ -159,15 +159,18 @@ def test_tool_call_round_trip_with_permission(tmp_path, repo, answer):
     assert tool_call.kind == "edit" and diff.type == "diff" and diff.path == str(repo / "calc.py")
     assert diff.old_text == before and diff.new_text == before.replace("a + b", "b + a")
     started, = client.of("tool_call")
-    finished, = client.of("tool_call_update")
+    finished, *after = client.of("tool_call_update")
     assert started.tool_call_id == finished.tool_call_id == tool_call.tool_call_id
     assert started.status == "pending" and started.content[0].new_text == diff.new_text
     history = saved(repo, tmp_path / "home", sid)
     if answer == "yes":
         assert finished.status == "completed" and (repo / "calc.py").read_text() == diff.new_text
-        assert any("committed" in u.content.text for u in client.of("agent_message_chunk"))
+        git_note, = after  # the commit, shown on the edit it commits
+        assert git_note.tool_call_id == finished.tool_call_id
+        assert git_note.content[-1].content.text.startswith("git: committed the agent's edits as ")
     else:
         assert finished.status == "failed" and (repo / "calc.py").read_text() == before
+        assert after == []
         assert "did not approve" in history[-2]["content"]  # the model was told, and went on
 
 
@@ -197,7 +200,7 @@ def test_always_modes_and_workspaces(tmp_path, repo):
     assert len(client.asked) == 1
     assert (repo / "notes.txt").read_text() == "x\n" and (other_repo / "more.txt").read_text() == "y\n"
     assert not (repo / "more.txt").exists()
-    assert [u.status for u in client.of("tool_call_update")] == ["completed"] * 3
+    assert [u.status for u in client.of("tool_call_update") if u.status] == ["completed"] * 3
 
 
 # ---- cancel ------------------------------------------------------------------------------------
@@ -421,3 +424,21 @@ def test_prompt_blocks_and_edit_previews(tmp_path):
     for bad in ({"content": "y"}, {"path": ".", "content": "y"}, {"path": "../out", "content": "y"}):
         assert edit_texts(root, "write_file", bad) is None  # the tool will say why; no diff shown
     assert edit_texts(root, "edit_file", {"path": "calc.py", "edits": [{"old": "zzz", "new": "2"}]}) is None
+
+
+def test_git_work_lands_on_its_tool_calls(tmp_path):
+    from agent.events import GitAction, ToolCallFinished, ToolCallStarted
+    from agent.ui.acp_events import Translator
+
+    root = make_repo(tmp_path / "r", {"a.txt": "a\n"})
+    tr = Translator(root)
+    args = {"path": "a.txt", "content": "b\n"}
+    started, = tr.feed(ToolCallStarted("c1", "write_file", args))
+    assert tr.feed(GitAction("protect", "saved your uncommitted a.txt as 1234abcd")) == []
+    finished, = tr.feed(ToolCallFinished("c1", "write_file", True, "wrote a.txt"))
+    texts = [c.content.text for c in finished.content if c.type == "content"]
+    assert texts == ["git: saved your uncommitted a.txt as 1234abcd", "wrote a.txt"]
+    assert finished.content[0].type == "diff" and finished.content[0].old_text == "a\n"
+    commit, = tr.feed(GitAction("commit", "committed the agent's edits as 99ff", "99ff", ("a.txt",)))
+    assert commit.tool_call_id == "c1" and commit.content[-1].content.text.endswith("as 99ff")
+    assert tr.feed(GitAction("commit", "committed again", "aa", ())) == []  # each edit once

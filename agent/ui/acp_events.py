@@ -4,11 +4,11 @@
 client understands: streamed text as `agent_message_chunk`s (tool-call markup removed), each
 tool call as a `tool_call` and its result as a `tool_call_update` (edits carry the diff,
 computed from the file before the call runs, so `feed` must see `ToolCallStarted` before the
-conversation goes on), git actions and warnings as short message lines, and the engine's
-figures as `usage_update`s: context used / size where the protocol has fields for them,
-decode tok/s, acceptance and cache hits under `_meta["spec-agent"]` (the protocol's place
-for what it has no field for). Pure functions of the events and the files: nothing here
-talks to a client or runs the model.
+conversation goes on), git's work on the tool calls it belongs to, warnings as short message
+lines, and the engine's figures as `usage_update`s: context used / size where the protocol
+has fields for them, decode tok/s, acceptance and cache hits under `_meta["spec-agent"]` (the
+protocol's place for what it has no field for). Nothing here talks to a client or runs the
+model.
 """
 
 from __future__ import annotations
@@ -193,6 +193,9 @@ class Translator:
         self.root, self.clock = root, clock
         self.calls = CallFilter()
         self.diffs: dict[str, list[Any]] = {}  # call id → the diff shown when it started
+        self.current = ""  # the call running now (git protects files during it)
+        self.notes: dict[str, list[str]] = {}  # call id → git notes made while it ran
+        self.edited: dict[str, list[Any]] = {}  # finished edits of this turn → their content
         self.last_usage = -1e9
         self.finish_reason = ""  # of the last model turn ("length": it hit max_tokens)
 
@@ -205,8 +208,8 @@ class Translator:
             return [self._started(ev)]
         if isinstance(ev, ToolCallFinished):
             return [self._finished(ev)]
-        if isinstance(ev, GitAction) and ev.action == "commit":
-            return self._text(f"\n\n_git: {ev.message}_\n\n")
+        if isinstance(ev, GitAction):
+            return self._git(ev)
         if isinstance(ev, Warning):
             return self._text(f"\n\n_warning: {ev.message}_\n\n")
         if isinstance(ev, DecodeProgress):
@@ -234,6 +237,7 @@ class Translator:
         content = call_content(self.root, ev.name, ev.arguments)
         if ev.name in EDIT_TOOLS:
             self.diffs[ev.call_id] = content
+        self.current = ev.call_id
         return start_tool_call(ev.call_id, tool_title(ev.name, ev.arguments),
                                kind=TOOL_KINDS.get(ev.name, "other"), status="pending",
                                content=content or None, raw_input=ev.arguments,
@@ -243,9 +247,24 @@ class Translator:
         output = ev.output
         if len(output) > MAX_OUTPUT_CHARS:
             output = output[:MAX_OUTPUT_CHARS] + f"\n[... {len(output) - MAX_OUTPUT_CHARS} more characters]"
-        content = [*self.diffs.pop(ev.call_id, []), tool_content(text_block(output))]
+        notes = [tool_content(text_block(f"git: {n}")) for n in self.notes.pop(ev.call_id, [])]
+        content = [*self.diffs.pop(ev.call_id, []), *notes, tool_content(text_block(output))]
+        if ev.ok and ev.name in EDIT_TOOLS:
+            self.edited[ev.call_id] = content
         return update_tool_call(ev.call_id, status="completed" if ev.ok else "failed",
                                 content=content, raw_output={"ok": ev.ok, "output": output})
+
+    def _git(self, ev: GitAction) -> list[Any]:
+        """Git's work shown on the tool calls it belongs to: a file saved before a call edits
+        it (on that call), the commit of a turn's edits (on each of them)."""
+        if ev.action != "commit":
+            self.notes.setdefault(self.current, []).append(ev.message)
+            return []
+        line = tool_content(text_block(f"git: {ev.message}"))
+        updates = [update_tool_call(call_id, content=[*content, line])
+                   for call_id, content in self.edited.items()]
+        self.edited.clear()
+        return updates
 
     def _progress(self, ev: DecodeProgress) -> list[Any]:
         return self._usage(ev.context_tokens, ev.context_limit, {
