@@ -156,8 +156,9 @@ def load_model(ref: str | None = None, device: str = "auto", dense: bool | None 
             densify_f32(model)
         name = Path(str(where)).name
         source = kind
-    if device == "cpu":
-        from .attention import install
+    if device == "cpu":  # MLX's Linux CPU exp has no SIMD: prefill's exponentials in numpy
+        from . import attention, cpu_mlp
 
-        install(model)  # prefill attention in numpy: MLX's Linux CPU exp has no SIMD
+        attention.install(model)
+        cpu_mlp.install(model)
     return LoadedModel(model, tokenizer, name, source, _describe_dtype(model), device)
