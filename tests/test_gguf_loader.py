@@ -143,6 +143,16 @@ def test_converted_weights_are_cached_and_reused(tmp_path):
     assert load_gguf(s.path, dequantize=True).reader == "gguf"  # a bad cache is rebuilt
 
 
+def test_requantized_conversion_is_cached_too(tmp_path):
+    s = gguf_synth.write(tmp_path / "g.gguf", "qwen2", lambda n: T.Q5_K)
+    cold = load_gguf(s.path, dequantize=False)
+    warm = load_gguf(s.path, dequantize=False)
+    assert (cold.reader, warm.reader) == ("gguf", "cache")
+    assert warm.model.model.layers[1].mlp.down_proj.bits == 4
+    np.testing.assert_array_equal(np.array(cold.model(PROMPT)), np.array(warm.model(PROMPT)))
+    assert load_gguf(s.path, dequantize=True).reader == "gguf"  # f32 is a separate entry
+
+
 def test_unsupported_architecture_and_tokenizer(tmp_path):
     import gguf
 
