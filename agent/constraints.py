@@ -12,6 +12,8 @@ Two things remain for post-hoc validation: uniqueness of `old`, and later edits 
 for a draft (rolled back afterwards), `consume`, `forced`, `done`. It never raises on a bad
 token: it records the error and from then on allows only EOS, ending the generation.
 This module does not run the model; agent/backends/local.py wires it into `Session.generate`.
+The grammar text is engine-neutral (importing this module loads no mlx); only the masks
+`GrammarConstraint` returns are MLX arrays, for the local backend.
 """
 
 from __future__ import annotations
@@ -20,7 +22,6 @@ import json
 import re
 from typing import Any, Mapping, Sequence
 
-import mlx.core as mx
 import numpy as np
 
 from .core.callformat import CLOSE
@@ -164,18 +165,22 @@ class GrammarConstraint:
 
         lln.fill_next_token_bitmask(self.matcher, bitmask, row)
 
-    def _to_bool(self, bitmask: np.ndarray) -> mx.array:
+    def _to_bool(self, bitmask: np.ndarray) -> Any:
+        import mlx.core as mx
+
         bits = np.unpackbits(bitmask.view(np.uint8), axis=1, bitorder="little")[:, : self.n_ll]
         out = np.zeros((bitmask.shape[0], self.vocab_size), dtype=bool)  # model rows past the tokenizer: never
         out[:, : self.n_ll] = bits.astype(bool)
         return mx.array(out)
 
-    def masks(self, draft: Sequence[int]) -> mx.array:
+    def masks(self, draft: Sequence[int]) -> Any:
         """(len(draft)+1, V) allowed tokens: row i after `draft[:i]`; state unchanged after."""
         n = len(draft) + 1
         if self.error:
             only_eos = np.zeros((n, self.vocab_size), dtype=bool)
             only_eos[:, self.eos] = True
+            import mlx.core as mx
+
             return mx.array(only_eos)
         bitmask = self._rows(n)  # starts all-allowed: rows after an invalid draft token stay so
         advanced = 0

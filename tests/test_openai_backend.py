@@ -394,3 +394,14 @@ def test_stream_json_carries_the_same_event_kinds_as_the_local_engine(repo, caps
     scripted = [json.loads(l)["type"] for l in capsys.readouterr().out.splitlines()]
     assert served == scripted
     assert {"tool_call_started", "tool_call_finished", "git_action", "turn_stats"} <= set(served)
+
+
+def test_the_server_backend_needs_no_mlx():
+    """A machine that only talks to a server needs neither mlx nor a UI toolkit for the
+    backend and the conversation; the tool-call grammar text is engine-neutral too."""
+    from test_layering import _import_blocked
+
+    r = _import_blocked(("mlx", "mlx_lm", "textual", "prompt_toolkit"), ("agent.engine",),
+                        "agent.backends.openai, agent.backends.base, agent.core.conversation, "
+                        "agent.constraints")
+    assert r.returncode == 0 and "OK" in r.stdout, r.stderr
