@@ -405,3 +405,13 @@ def test_the_server_backend_needs_no_mlx():
                         "agent.backends.openai, agent.backends.base, agent.core.conversation, "
                         "agent.constraints")
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr
+
+
+def test_cancel_while_the_server_has_not_answered_yet():
+    with FakeServer([text_reply("late", delay_first=3.0)]) as srv:
+        cancel = CancelToken()
+        threading.Timer(0.2, cancel.cancel).start()
+        t0 = time.monotonic()
+        _, stats, _ = turn(backend(srv.url, model="m"), cancel=cancel)
+        took = time.monotonic() - t0
+    assert stats.finish_reason == "cancelled" and took < 0.6

@@ -137,7 +137,9 @@ class OpenAIBackend:
             request = self.client.build_request(method, path, json=body)
             delay = None
             try:
-                resp = self.client.send(request, stream=True)
+                resp = self._send_once(request, cancel)
+                if resp is None:
+                    return None
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
                     httpx.ReadError, httpx.WriteError) as e:
                 problem = f"cannot reach the server at {self.url} ({one_line(str(e) or type(e).__name__, 120)})"
@@ -160,6 +162,31 @@ class OpenAIBackend:
             if _wait(min(delay, MAX_RETRY_AFTER_S), cancel):
                 return None
         raise ServerError(problem + (f" (after {self.opts.max_retries} retries)" if self.opts.max_retries else ""))
+
+    def _send_once(self, request: httpx.Request, cancel: CancelToken) -> httpx.Response | None:
+        """Send `request` from a helper thread; None as soon as `cancel` is set (a response
+        that arrives later is closed on arrival). A server can take long to start answering
+        (a long prompt), and a cancel must not wait for it."""
+        box: queue.Queue = queue.Queue()
+
+        def send() -> None:
+            try:
+                box.put(("ok", self.client.send(request, stream=True)))
+            except Exception as e:  # noqa: BLE001 - a thread boundary: the caller re-raises it
+                box.put(("error", e))
+
+        threading.Thread(target=send, daemon=True).start()
+        while True:
+            try:
+                kind, value = box.get(timeout=POLL_S)
+            except queue.Empty:
+                if cancel.cancelled:
+                    threading.Thread(target=_close_on_arrival, args=(box,), daemon=True).start()
+                    return None
+                continue
+            if kind == "error":
+                raise value
+            return value
 
     def resolve_model(self, cancel: CancelToken | None = None) -> bool:
         """Settle the model name: the configured one, else the first the server lists, else
@@ -303,6 +330,12 @@ def _shut(resp: httpx.Response) -> None:
         resp.close()
     except (httpx.HTTPError, OSError, RuntimeError):
         pass
+
+
+def _close_on_arrival(box: queue.Queue) -> None:
+    kind, value = box.get()
+    if kind == "ok":
+        _shut(value)
 
 
 def _wait(seconds: float, cancel: CancelToken) -> bool:
