@@ -83,3 +83,50 @@ def test_conversation_ends_the_message_with_stop_reason_repetition(git_repo):
     assert stops and stops[0].reason == "repetition"
     assert isinstance(result, AgentResult) and result.stop_reason == "repetition"
     assert result.is_error and "repeating" in result.error
+
+
+class FakeTokenizer:
+    def encode(self, text, add_special_tokens=False):
+        return [ord(c) for c in text]
+
+
+class ScriptSession:
+    """A session that writes `replies` in turn (one per generate call), honouring stop strings."""
+
+    tokenizer = FakeTokenizer()
+
+    def __init__(self, replies):
+        self.replies, self.prompts = list(replies), []
+
+    def render(self, messages, tools=None):
+        return [1, 2, 3]
+
+    def generate(self, prompt, params=None, max_tokens=0, cancel=None, stop_strings=(), **kw):
+        self.prompts.append(prompt)
+        text = self.replies.pop(0)
+        finish = "stop"
+        for s in stop_strings:
+            if s in text:
+                text, finish = text[: text.index(s) + len(s)], "stop_string"
+        for i in range(0, len(text), 3):
+            yield TextDelta(text[i : i + 3], (7,))
+        yield replace(fake_stats(), finish_reason=finish)
+
+
+def _texts(events):
+    return "".join(e.text for e in events if isinstance(e, TextDelta))
+
+
+def test_a_reply_that_imitates_a_tool_result_becomes_a_call():
+    session = ScriptSession(['<tool_result name="read_file">\nok', '{"name":"git_status","arguments":{}}</tool_call>'])
+    model = LocalModel(session, SamplingParams(), 64, None, constrain=False)
+    events = list(model.generate([{"role": "user", "content": "x"}]))
+    assert _texts(events) == '<tool_call>{"name":"git_status","arguments":{}}</tool_call>'
+    assert len(session.prompts) == 2
+    assert session.prompts[1] == [1, 2, 3] + [ord(c) for c in "<tool_call>"]  # the result is gone
+
+
+def test_ordinary_replies_are_not_held_back():
+    for reply in ["The answer is 7.", "<b>bold</b> text", ""]:
+        model = LocalModel(ScriptSession([reply]), SamplingParams(), 64, None, constrain=False)
+        assert _texts(model.generate([{"role": "user", "content": "x"}])) == reply

@@ -24,7 +24,7 @@ from tools import ToolContext
 
 from ..cancel import CancelToken
 from ..constraints import GrammarConstraint, candidate_files, ll_tokenizer, tool_call_grammar
-from ..core.callformat import CLOSE, OPEN, is_first_turn, read_paths
+from ..core.callformat import CLOSE, OPEN, RESULT_OPEN, is_first_turn, read_paths
 from ..events import Event, GenerationStats, TextDelta, Warning
 from .base import ModelError, tool_specs, wire_messages
 
@@ -112,19 +112,24 @@ class LocalModel:
     def reply_reserve(self) -> int:
         return int(self.max_tokens)
 
-    def _stream(self, prompt: list[int], out: list, cancel: CancelToken, **kw) -> Iterator[Event]:
+    def _stream(self, prompt: list[int], out: list, cancel: CancelToken, hold: str = "",
+                **kw) -> Iterator[Event]:
         """One `Session.generate`; a degenerate loop stops it like a cancel, and its stats
-        then say finish_reason "repetition"."""
+        then say finish_reason "repetition". Text deltas that could be the start of `hold`
+        at the start of the reply are held back, and dropped if the reply stops at it."""
         from ..core.repetition import STOP_REASON, RepetitionGuard, StopToken
         from ..engine.session import ContextOverflowError
 
         guard, stop = RepetitionGuard(), StopToken(cancel)
+        held: list[TextDelta] = []
         try:
             for ev in self.session.generate(prompt, params=self.params, max_tokens=self.max_tokens,
                                             cancel=stop, **kw):
                 if isinstance(ev, GenerationStats):
                     if stop.stopped_here:
                         ev = replace(ev, finish_reason=STOP_REASON)
+                    if hold and ev.finish_reason != "stop_string":
+                        yield from held  # the reply ended without writing `hold`
                     out.append(ev)
                     continue
                 if isinstance(ev, TextDelta):
@@ -132,6 +137,14 @@ class LocalModel:
                     if guard.add_all(ev.tokens) and not stop.cancelled:
                         stop.stop()
                         yield Warning(guard.reason())
+                    if hold:
+                        held.append(ev)
+                        start = "".join(d.text for d in held).lstrip()
+                        if hold.startswith(start) or start.startswith(hold):
+                            continue
+                        hold = ""
+                        yield from held
+                        continue
                 yield ev
         except ContextOverflowError as e:
             raise ModelError(str(e)) from None
@@ -156,9 +169,17 @@ class LocalModel:
             yield from self._call(messages, prompt, OPEN, None, cancel)
             return
         first: list = []
-        yield from self._stream(prompt, first, stop_strings=[OPEN], cancel=cancel)
+        mimic = "" if self.native_tools else RESULT_OPEN
+        yield from self._stream(prompt, first, stop_strings=[OPEN, *filter(None, [mimic])],
+                                cancel=cancel, hold=mimic)
         stats = first.pop()
         text = "".join(first)
+        if mimic and stats.finish_reason == "stop_string" and text.strip() == mimic:
+            # Only tools write tool results: a reply that opens with one is the model wanting
+            # another call (small models imitate the result format), so it gets one.
+            yield TextDelta(OPEN, (), (), ())
+            yield from self._call(messages, prompt, OPEN, stats, cancel)
+            return
         if stats.finish_reason != "stop_string" or not text.endswith(OPEN):
             yield stats
             return
