@@ -415,3 +415,10 @@ def test_cancel_while_the_server_has_not_answered_yet():
         _, stats, _ = turn(backend(srv.url, model="m"), cancel=cancel)
         took = time.monotonic() - t0
     assert stats.finish_reason == "cancelled" and took < 0.6
+
+
+def test_engine_openai_without_a_server_is_a_usage_error(repo, capsys):
+    assert cli_main(["-p", "hi", "--engine", "openai", "-C", str(repo)]) == 2
+    err = capsys.readouterr().err
+    assert err == ("spec-agent: error: engine 'openai' needs a server: --base-url URL "
+                   "(e.g. http://127.0.0.1:8080/v1)\n")
