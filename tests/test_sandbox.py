@@ -224,11 +224,14 @@ def test_probe_reports_why(monkeypatch):
 def test_bwrap_argv_protects_git_after_binding_the_repo(git_repo):
     argv = sandbox.wrap(["/bin/sh", "-c", "true"], git_repo, exe="bwrap")
     root, dotgit = str(git_repo.resolve()), str((git_repo / ".git").resolve())
-    assert argv.index("--bind") < argv.index("--ro-bind", 2) and argv[argv.index("--ro-bind", 2) + 1] == dotgit
-    assert argv[argv.index("--bind") + 1] == root and "--unshare-net" in argv and "--unshare-pid" in argv
-    assert argv[-4:] == ["--", "/bin/sh", "-c", "true"] and argv[argv.index("--chdir") + 1] == root
+    bind, protect = argv.index("--bind"), argv.index("--ro-bind-try")
+    assert bind < protect and argv[bind + 1] == root and argv[protect + 1] == dotgit
+    assert "--unshare-net" in argv and "--unshare-pid" in argv and "--unshare-ipc" in argv
+    assert argv[argv.index("--cap-drop") + 1] == "ALL" and argv[argv.index("--chdir") + 1] == root
+    assert argv[argv.index("/proc/sys") - 1] == "--ro-bind" and argv[-3:] == ["/bin/sh", "-c", "true"]
     assert "--unshare-net" not in sandbox.wrap(["true"], git_repo, allow_network=True, exe="bwrap")
-    assert dotgit not in sandbox.wrap(["true"], git_repo, git_writable=True, exe="bwrap")
+    writable = sandbox.wrap(["true"], git_repo, git_writable=True, exe="bwrap")
+    assert dotgit not in writable and f"{dotgit}/hooks" in writable and f"{dotgit}/config" in writable
 
 
 def test_seatbelt_profile(git_repo, monkeypatch):

@@ -1,20 +1,25 @@
 """`run_shell`: run a shell command in the repo root with a timeout and a capped output.
 
 Every command runs inside the OS sandbox (tools/sandbox.py: the repo is the only writable
-place, its .git stays read-only, no network unless allowed, and nothing it starts outlives
-the call) unless the context says `sandbox="off"`; with "auto" and no working sandbox the
-command is refused, never silently run bare. The approval policy (agent/approvals.py)
-decides whether a command may run; this module only runs it. Output (stdout and stderr
-together) is read as it comes, so a command that prints without end cannot exhaust memory;
-on timeout the process group is killed (and with it the whole sandbox).
+place, its .git stays read-only unless the command is plain git recording work, no network
+unless allowed, and nothing it starts outlives the call) unless the context says
+`sandbox="off"`; with "auto" and no working sandbox the command is refused, never silently
+run bare. The approval policy (agent/approvals.py) decides whether a command may run; this
+module only runs it. Output (stdout and stderr together) is read as it comes, so a command
+that prints without end cannot exhaust memory; on timeout, or when the sandbox holds
+sandbox.MAX_PROCESSES processes (counted every _TICK_S), the process group is killed (and
+with it the whole sandbox).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
+import sys
 import threading
+import time
 
 from . import sandbox
 from ._base import ToolContext, ToolResult
@@ -28,6 +33,7 @@ SCHEMA = {
     "required": ["command"],
     "additionalProperties": False,
 }
+_TICK_S = 0.05  # how often a running sandbox's processes are counted
 DESCRIPTION = ("Run a shell command in the repo root (sandboxed: only the repo is writable, .git is "
                "read-only, no network unless allowed); returns exit code and output.")
 
@@ -56,35 +62,120 @@ def _kill(proc: subprocess.Popen) -> None:
         proc.kill()
 
 
+class _Census:
+    """Counts the processes of a bwrap sandbox, once bwrap has said (on `fd`, as JSON) which
+    process is the sandbox's first."""
+
+    def __init__(self, fd: int | None):
+        self.fd, self.buf, self.child = fd, b"", None
+        if fd is not None:
+            os.set_blocking(fd, False)
+
+    def count(self) -> int | None:
+        if self.child is None and self.fd is not None:
+            try:
+                self.buf += os.read(self.fd, 4096)
+            except (BlockingIOError, OSError):
+                return None
+            if b"}" in self.buf:
+                try:
+                    self.child = int(json.loads(self.buf.decode())["child-pid"])
+                except (ValueError, KeyError, TypeError):
+                    self.fd = None  # unreadable: count nothing
+        return sandbox.process_count(self.child) if self.child else None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
+
+
+def _wait(proc: subprocess.Popen, timeout: float, census: _Census) -> str:
+    """'' when the command ended by itself, else why it was killed: 'timeout' or
+    'processes' (more than sandbox.MAX_PROCESSES at once)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            proc.wait(timeout=max(0.0, min(_TICK_S, deadline - time.monotonic())))
+            return ""
+        except subprocess.TimeoutExpired:
+            pass
+        n = census.count()
+        why = ("timeout" if time.monotonic() >= deadline else
+               "processes" if n is not None and n >= sandbox.MAX_PROCESSES else "")
+        if why:
+            _kill(proc)
+            proc.wait()
+            return why
+
+
+def _start(ctx: ToolContext, command: str) -> tuple[list[str], dict[str, str], tuple[int, int] | None, bool] | str:
+    """(argv, environment, bwrap's info pipe (read end, write end) or None, whether the git
+    folder is writable), or why the command cannot run."""
+    argv, env = ["/bin/sh", "-c", command], sandbox.child_env()
+    if ctx.sandbox == "off":
+        return argv, env, None, False
+    ok, why = sandbox.available()
+    if not ok:
+        return (f"no sandbox available ({why}); the command was not run. "
+                'The user may install one or set sandbox = "off".')
+    git_writable = sandbox.git_may_write(command, ctx.root, env)
+    if git_writable:
+        env = sandbox.without_hooks(env)
+    info = os.pipe() if sys.platform.startswith("linux") else None
+    if info is not None:
+        os.set_inheritable(info[1], True)
+    argv = sandbox.wrap(argv, ctx.root, ctx.allow_network, git_writable=git_writable,
+                        info_fd=info[1] if info else None)
+    return argv, env, info, git_writable
+
+
 def run_shell(ctx: ToolContext, command: str, timeout_s: float | None = None) -> ToolResult:
     timeout = min(timeout_s or ctx.shell_timeout_s, ctx.shell_timeout_s)
-    argv = ["/bin/sh", "-c", command]
-    if ctx.sandbox != "off":
-        ok, why = sandbox.available()
-        if not ok:
-            return ToolResult.error(f"no sandbox available ({why}); the command was not run. "
-                                    'The user may install one or set sandbox = "off".')
-        argv = sandbox.wrap(argv, ctx.root, ctx.allow_network)
+    started = _start(ctx, command)
+    if isinstance(started, str):
+        return ToolResult.error(started)
+    argv, env, info, git_writable = started
     try:
         proc = subprocess.Popen(
             argv, cwd=ctx.root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True, env=sandbox.child_env(),
+            stderr=subprocess.STDOUT, start_new_session=True, env=env,
+            pass_fds=(info[1],) if info else (),
         )
     except OSError as e:
+        if info:
+            os.close(info[0])
         return ToolResult.error(f"could not start the command: {e}")
+    finally:
+        if info:
+            os.close(info[1])
+    census = _Census(info[0] if info else None)
     reader = _Reader(proc.stdout, ctx.max_output_chars)
     reader.start()
-    timed_out = False
     try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        timed_out = True
-        _kill(proc)
-        proc.wait()
+        killed = _wait(proc, timeout, census)
+    finally:
+        census.close()
     reader.join(timeout=5)
     text = reader.kept.decode("utf-8", errors="replace")
     if reader.total > len(reader.kept):
         text += f"\n[... output cut: {reader.total - len(reader.kept)} more bytes]"
-    if timed_out:
+    if killed == "timeout":
         return ToolResult(False, f"Error: timed out after {timeout:g}s and was killed\n{text}")
+    if killed == "processes":
+        return ToolResult(False, f"Error: started {sandbox.MAX_PROCESSES} processes at once (the "
+                                 f"sandbox's limit) and was killed\n{text}")
+    if proc.returncode != 0 and ctx.sandbox != "off" and not git_writable and _git_read_only(text):
+        text += "\n" + _GIT_READ_ONLY_NOTE
     return ToolResult(proc.returncode == 0, f"exit code {proc.returncode}\n{text}")
+
+
+_GIT_READ_ONLY_NOTE = (
+    "[the sandbox kept .git read-only for this command: only a command made of plain git "
+    "invocations that record work (git add, commit, switch, stash pop, ...; no other program, "
+    "variable, substitution, glob or option that writes elsewhere; nothing destructive) may "
+    "write it]")
+
+
+def _git_read_only(text: str) -> bool:
+    return "Read-only file system" in text and ".git" in text

@@ -2,10 +2,18 @@
 
 Inside, the whole filesystem is read-only except the repository (and a private temp dir);
 the repository's git folder stays read-only too, because hooks and `.git/config` run code
-outside the sandbox the next time anyone uses git. The network is cut unless allowed. On
-Linux the command also gets its own PID namespace, so nothing it starts (background jobs,
-`setsid` children) outlives the call, and killing `bwrap` kills everything inside; macOS
-has no such namespace, so there only the process group is killed on timeout.
+outside the sandbox the next time anyone uses git. A command made only of plain git
+invocations that record work (`git add`, `commit`, `stash pop`, `switch`, ...; see
+`git_may_write`) gets the git folder writable, except the parts that name code git runs
+(config, hooks, submodule and worktree folders), and runs without hooks. The network is cut
+unless allowed, and so are the services whose sockets live in /run (a session bus, docker,
+databases). On Linux the command also gets its own PID, IPC and UTS namespaces, no
+capabilities (a root user's sandbox could otherwise remount the read-only filesystem) and
+a read-only /proc/sys, so nothing it starts outlives the call, and killing `bwrap` kills
+everything inside; it may start at most MAX_PROCESSES processes (RLIMIT_NPROC inside its user
+namespace, which the kernel does not apply to root: `run_shell` also counts them and kills
+the command past the limit). macOS has no such namespaces, so there only the process group
+is killed on timeout and the process count is not limited.
 
 `available()` probes once per process whether a sandbox actually works here (bwrap can be
 installed yet refused inside some containers); `wrap()` turns an argv into the sandboxed
@@ -15,7 +23,9 @@ argv. This module neither runs commands nor decides whether they need approval.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -24,6 +34,11 @@ from pathlib import Path
 from ._paths import git_dirs
 
 SANDBOX_EXEC = "/usr/bin/sandbox-exec"  # never from PATH: a repo could shadow it
+PRLIMIT = "/usr/bin/prlimit"
+# Processes a sandboxed command may have at once (threads count too, for RLIMIT_NPROC):
+# room for a parallel build on a big machine, far from what makes one unusable.
+MAX_PROCESSES = max(1024, 32 * (os.cpu_count() or 1))
+_RLIMIT_SLACK = 16  # RLIMIT_NPROC a little above, so that run_shell's count sees the limit reached
 _PROBE_TIMEOUT_S = 30.0
 
 
@@ -93,38 +108,261 @@ def _probe() -> tuple[tuple[bool, str], bool]:
 
 
 def wrap(argv: list[str], root: Path, allow_network: bool = False, git_writable: bool = False,
-         exe: str | None = None) -> list[str]:
+         exe: str | None = None, info_fd: int | None = None) -> list[str]:
     """`argv` run in the sandbox with `root` writable (its git folder not, unless
-    `git_writable`) and the network cut unless `allow_network`."""
+    `git_writable`: then all of it but the parts that name code git runs) and the network
+    cut unless `allow_network`. `info_fd` (bwrap): a descriptor bwrap writes the sandbox's
+    first process id to, as JSON ("child-pid"), for `process_count`."""
     root = Path(os.path.realpath(root))
-    protected = [] if git_writable else _protected(root)
+    protected = _protected(root, git_writable)
     if sys.platform == "darwin":
         return _seatbelt(argv, root, protected, allow_network)
-    return _bubblewrap(argv, root, protected, allow_network, exe or _bwrap() or "bwrap")
+    exe = exe or _bwrap() or "bwrap"
+    out = _bubblewrap(root, protected, allow_network, exe)
+    if info_fd is not None:
+        out[-3:-3] = ["--info-fd", str(info_fd)]  # before --chdir ROOT --
+    return out + _limited(argv, exe)
 
 
-def _protected(root: Path) -> list[Path]:
-    """The git data to keep read-only: the git folders, and a `.git` *file* at the root too
-    (rewritten, it would point git, run later outside the sandbox, at planted hooks)."""
+# Inside a git folder: what names code git runs (settings, hooks, the git folders of
+# submodules) or points git at another git folder. Kept read-only even for git commands.
+_GIT_CODE = ("config", "config.worktree", "hooks", "modules", "commondir", "gitdir")
+
+
+def _protected(root: Path, git_writable: bool = False) -> list[Path]:
+    """The git data to keep read-only: the git folders (or, for a git command allowed to
+    write, the parts of them in _GIT_CODE), and a `.git` *file* at the root too (rewritten,
+    it would point git, run later outside the sandbox, at planted hooks)."""
     dirs = [Path(os.path.realpath(d)) for d in git_dirs(root)]
     dot = root / ".git"
-    if dot.is_file() and not dot.is_symlink() and dot not in dirs:
-        dirs.insert(0, dot)
-    return dirs
+    pointer = [dot] if dot.is_file() and not dot.is_symlink() and dot not in dirs else []
+    if not git_writable:
+        return pointer + dirs
+    paths = []
+    for d in dirs:
+        paths += [d / name for name in _GIT_CODE]
+        try:
+            linked = sorted(p for p in (d / "worktrees").iterdir() if p.is_dir())
+        except OSError:
+            linked = []
+        paths += [w / name for w in linked for name in ("config.worktree", "commondir", "gitdir")]
+    return pointer + list(dict.fromkeys(paths))
 
 
-def _bubblewrap(argv: list[str], root: Path, protected: list[Path], allow_network: bool,
-                exe: str) -> list[str]:
-    out = [exe, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
+def _bubblewrap(root: Path, protected: list[Path], allow_network: bool, exe: str) -> list[str]:
+    """bwrap's options, ending with `--chdir ROOT --`."""
+    out = [exe, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+           "--ro-bind", "/proc/sys", "/proc/sys",  # bwrap leaves it writable to root
+           "--tmpfs", "/tmp", *_runtime_dirs(allow_network)]
     if root != Path("/"):  # (the probe: nothing writable)
         out += ["--bind", str(root), str(root)]
     for d in protected:  # after the repo's bind, so they cover it; also re-shows a gitdir in /tmp
-        out += ["--ro-bind", str(d), str(d)]
+        out += ["--ro-bind-try", str(d), str(d)]
     if not allow_network:
         out.append("--unshare-net")
-    out += ["--unshare-pid", "--die-with-parent", "--new-session",
+    out += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--setenv", "TMPDIR", "/tmp", "--chdir", str(root), "--"]
-    return out + list(argv)
+    return out
+
+
+def _runtime_dirs(allow_network: bool) -> list[str]:
+    """Empty /run (and /var/run, $XDG_RUNTIME_DIR when they are folders of their own): the
+    sockets there reach services outside the sandbox (a session bus starts programs, docker
+    mounts anything, a database accepts the user). Its symlinks stay (NixOS keeps its system
+    there), so do removable media under /run/media and, with the network, the file that
+    /etc/resolv.conf points to."""
+    out, tops = [], ["/run", "/var/run"]
+    runtime = os.environ.get("XDG_RUNTIME_DIR", "")
+    if runtime.startswith("/") and not runtime.startswith(("/run/", "/var/run/")):
+        tops.append(runtime)
+    for top in tops:
+        if not os.path.isdir(top) or os.path.islink(top):
+            continue
+        out += ["--tmpfs", top]
+        try:
+            links = [e for e in os.scandir(top) if e.is_symlink()]
+        except OSError:
+            links = []
+        for e in links:
+            out += ["--symlink", os.readlink(e.path), e.path]
+    keep = ["/run/media"]
+    if allow_network:
+        keep.append(os.path.realpath("/etc/resolv.conf"))
+    for path in keep:
+        if path.startswith(("/run/", "/var/run/")) and os.path.exists(path):
+            out += ["--ro-bind-try", path, path]
+    return out
+
+
+def _limited(argv: list[str], exe: str) -> list[str]:
+    """`argv` under RLIMIT_NPROC, set inside the sandbox (in bwrap's user namespace the count
+    is the sandbox's own; a setuid bwrap makes none, and there the limit would count every
+    process of the user, so it is left out)."""
+    if not os.access(PRLIMIT, os.X_OK):
+        return argv
+    try:
+        setuid = os.getuid() != 0 and bool(os.stat(shutil.which(exe) or exe).st_mode & stat.S_ISUID)
+    except OSError:
+        setuid = False
+    if setuid:
+        return argv
+    n = MAX_PROCESSES + _RLIMIT_SLACK
+    return [PRLIMIT, f"--nproc={n}:{n}", "--", *argv]
+
+
+def process_count(child_pid: int) -> int | None:
+    """How many processes the bwrap sandbox whose first process is `child_pid` holds now (its
+    own /proc lists only them); None when it cannot be seen (gone, no permission)."""
+    try:
+        return sum(1 for name in os.listdir(f"/proc/{child_pid}/root/proc") if name.isdigit())
+    except OSError:
+        return None
+
+
+# ---- which commands may write the git folder -------------------------------------------------
+
+# git subcommands that record work (and need to write the git folder for it), and the ones
+# that only show it, which often come along (`git add -A && git commit ... && git log -1`)
+_GIT_ALLOWED = frozenset({"add", "am", "apply", "bisect", "branch", "checkout", "cherry-pick",
+                          "commit", "merge", "mv", "notes", "rebase", "reset", "restore",
+                          "revert", "rm", "stash", "switch", "tag",
+                          "status", "log", "show", "diff", "rev-parse", "ls-files", "describe"})
+# global options that change nothing about where git reads or writes, or what it runs
+_GIT_PLAIN_GLOBALS = frozenset({"--no-pager", "-P", "--literal-pathspecs", "--glob-pathspecs",
+                                "--noglob-pathspecs", "--icase-pathspecs", "--no-optional-locks",
+                                "--no-replace-objects"})
+# options that write a file the command names, run a command, or reach other git folders;
+# git accepts any unambiguous prefix of a long option, so prefixes of these count too
+_GIT_RISKY = ("--output", "--output-directory", "--exec", "--upload-pack", "--receive-pack",
+              "--prefix", "--directory", "--unsafe-paths", "--build-fake-ancestor", "--template",
+              "--work-tree", "--git-dir", "--recurse-submodules", "--strategy")
+_BRACE_LIST = re.compile(r"\{[^{}\s]*(,|\.\.)[^{}\s]*\}")
+
+
+def git_may_write(command: str, root: Path, env: dict[str, str] | None = None) -> bool:
+    """Whether `command` may run with the git folder writable: it is made only of plain
+    `git SUBCOMMAND ...` invocations (no other program, no variable, substitution, glob or
+    brace list whose value the text does not show, no environment prefix) whose subcommands
+    record or show work (_GIT_ALLOWED), with none of the options in _GIT_RISKY (nor `rebase -x`,
+    `bisect run`), output redirected only to /dev/null or to files of the repository outside
+    its git folder, nothing the denylist calls destructive, and `git` itself not found in
+    the repository (through PATH)."""
+    from agent.approvals import denylisted
+    from agent.shellparse import SUBST, simple_commands
+
+    commands = simple_commands(command)
+    unquoted, expanded = _shell_views(command)
+    if (not commands or set(unquoted) & set("*?[") or _BRACE_LIST.search(unquoted)
+            or set(expanded) & set("$`") or _git_in_repo(root, env)):
+        return False
+    for words in commands:
+        if words[0] != "git" or any(SUBST in w for w in words) or not _plain_git(words[1:], root):
+            return False
+    return denylisted(command, root) == ""
+
+
+def _plain_git(args: list[str], root: Path) -> bool:
+    """`git ARGS` records or shows work and writes nothing but what git keeps (git_may_write)."""
+    args, targets = _without_redirects(args)
+    while args and args[0].startswith("-"):
+        if args[0] not in _GIT_PLAIN_GLOBALS:
+            return False
+        args = args[1:]
+    if not args or args[0] not in _GIT_ALLOWED:
+        return False
+    sub, rest = args[0], args[1:]
+    if sub == "bisect" and "run" in rest:
+        return False
+    for word in rest:
+        if word == "--":
+            break
+        name = word.split("=", 1)[0]
+        if name.startswith("--") and len(name) > 3 and any(
+                r.startswith(name) or name.startswith(r) for r in _GIT_RISKY):
+            return False
+        if sub == "rebase" and word.startswith("-") and not word.startswith("--") and "x" in word:
+            return False  # rebase -x CMD runs CMD
+    return all(_writable_target(t, root) for t in targets)
+
+
+def _without_redirects(words: list[str]) -> tuple[list[str], list[str]]:
+    """(the words without redirections, the files output is redirected into)."""
+    out, targets, i = [], [], 0
+    while i < len(words):
+        w = words[i]
+        if w and set(w) <= set("<>&|"):
+            nxt = words[i + 1] if i + 1 < len(words) else ""
+            if ">" in w and not (w.endswith("&") and (nxt.isdigit() or nxt == "-")):
+                targets.append(nxt)
+            i += 2
+            continue
+        if w.isdigit() and i + 1 < len(words) and words[i + 1] and set(words[i + 1]) <= set("<>&|"):
+            i += 1  # the 2 of 2>file
+            continue
+        out.append(w)
+        i += 1
+    return out, targets
+
+
+def _writable_target(target: str, root: Path) -> bool:
+    from ._paths import PathError, confine
+
+    if target == "/dev/null":
+        return True
+    try:
+        confine(root, target)  # refuses the git folder however spelled, and symlinks out
+    except PathError:
+        return False
+    return True
+
+
+def _shell_views(text: str) -> tuple[str, str]:
+    """(`text` with every quoted character masked, `text` with only single-quoted and
+    backslash-escaped characters masked): where the shell expands globs and braces, and
+    where it expands `$` and backticks."""
+    unquoted, expanded, i, quote = [], [], 0, ""
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and quote != "'":
+            c, i = "x", i + 1
+            unquoted.append(c)
+        elif quote:
+            if c == quote:
+                quote = ""
+            unquoted.append("x")
+        else:
+            if c in "'\"":
+                quote = c
+            unquoted.append(c if not quote else "x")
+        expanded.append("x" if quote == "'" or c == "x" else c)
+        i += 1
+    return "".join(unquoted), "".join(expanded)
+
+
+def _git_in_repo(root: Path, env: dict[str, str] | None) -> bool:
+    """The `git` the shell would run lies in the repository, or PATH has a relative entry
+    (a planted `git` or `git-*` helper would then run with the git folder writable)."""
+    path = (env if env is not None else os.environ).get("PATH", os.defpath)
+    for entry in path.split(os.pathsep):
+        if not entry.startswith("/"):
+            return True
+        real = Path(os.path.realpath(entry))
+        if real == root or root in real.parents:
+            return True
+    return False
+
+
+def without_hooks(env: dict[str, str]) -> dict[str, str]:
+    """`env` with git told to run no hooks (core.hooksPath=/dev/null, added to any settings
+    the environment already gives git): for a git command allowed to write its folder, whose
+    hooks could otherwise run files of the repository with that folder writable."""
+    try:
+        n = int(env.get("GIT_CONFIG_COUNT", "0") or "0")
+    except ValueError:
+        n = 0
+    return {**env, "GIT_CONFIG_COUNT": str(n + 1), f"GIT_CONFIG_KEY_{n}": "core.hooksPath",
+            f"GIT_CONFIG_VALUE_{n}": "/dev/null"}
 
 
 # Seatbelt: everything allowed but what is denied; denies only, so rule order cannot matter.
