@@ -108,3 +108,17 @@ def test_unknown_task_and_bad_file(tmp_path, monkeypatch):
     monkeypatch.setattr("agent.eval.tasks.TASK_DIR", Path(bad))
     with pytest.raises(TaskError, match="broken.toml"):
         load_tasks()
+
+
+class ForkFailingModel:
+    def generate(self, messages, cancel=None):
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+        yield
+
+
+def test_a_task_the_harness_cannot_run_is_recorded_and_the_suite_goes_on():
+    tasks = load_tasks(names=["json_config", "docstring_class"])
+    models = iter([ForkFailingModel(), ScriptedModel(solving_turns(tasks[1]))])
+    results = run_suite(tasks, CFG, 30, model_for=lambda ctx: next(models))
+    assert results[0].stop_reason == "crashed" and "BlockingIOError" in results[0].detail
+    assert results[1].passed

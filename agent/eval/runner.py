@@ -119,6 +119,15 @@ def run_task(task: Task, cfg: Config, model_for: ModelFactory, time_limit_s: flo
         shutil.rmtree(base, ignore_errors=True)
 
 
+def crashed(task: Task, error: BaseException) -> TaskResult:
+    """A failed result for a task the harness could not run to the end."""
+    return TaskResult(
+        name=task.name, subset=task.subset, category=task.category, passed=False,
+        detail=f"harness error: {type(error).__name__}: {error}"[:200], stop_reason="crashed",
+        turns=0, output_tokens=0, tool_calls=0, valid_calls=0, wall_s=0.0, decode_tps=0.0,
+        acceptance_rate=0.0, drafted=0, accepted=0, timed_out=False, answer="")
+
+
 def local_model_factory(cfg: Config) -> ModelFactory:
     """Load the engine the Config names once; each task gets a `LocalModel` on its session."""
     from ..backends.local import LocalModel
@@ -162,7 +171,10 @@ def run_suite(tasks: list[Task], cfg: Config, time_limit_s: float, *,
         model_for = model_for or local_model_factory(cfg)
         results = []
         for task in tasks:
-            results.append(run_task(task, cfg, model_for, time_limit_s))
+            try:
+                results.append(run_task(task, cfg, model_for, time_limit_s))
+            except (OSError, RuntimeError) as e:  # the machine, not the agent: record, go on
+                results.append(crashed(task, e))
             note(results[-1])
         return results
     import multiprocessing
