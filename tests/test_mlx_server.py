@@ -4,8 +4,9 @@ A tiny random qwen2 model with Qwen2.5's chat template (so the server renders `t
 parses `<tool_call>` output) checks the protocol: streamed text, usage and the server's
 prompt-cache figures, our tool-call history (assistant `tool_calls` + `tool` messages)
 accepted and rendered by the server's template, and cancel. Random weights never decide to
-call a tool, so the call round trip with a model choosing the call runs on the embedded
-SmolLM2 exported as an MLX folder (slow, needs the embedded model).
+call a tool: a model choosing a call runs in a slow test on Qwen2.5-Coder-0.5B from the store
+(exported to an MLX folder), and the embedded SmolLM2, exported the same way, streams answers
+in another.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from test_tool_format import QWEN25_TEMPLATE
 
 from agent.backends.openai import ApiOptions, OpenAIBackend
 from agent.cancel import CancelToken
-from agent.events import GenerationStats, TextDelta, ToolCallFinished
+from agent.events import GenerationStats, TextDelta, ToolCallFinished, TurnStats
 from agent.runtime import Runtime
 
 
@@ -99,10 +100,10 @@ def tiny_server(tmp_path_factory, qwen2_dir):
     server.stop()
 
 
-def backend(url: str, **over) -> OpenAIBackend:
-    opts = dict(max_tokens=16, read_timeout_s=120.0, max_retries=1, backoff_s=0.1)
+def backend(url: str, tools=None, **over) -> OpenAIBackend:
+    opts = dict(max_tokens=16, read_timeout_s=300.0, max_retries=1, backoff_s=0.1)
     opts.update(over)
-    return OpenAIBackend(ApiOptions(url, **opts))
+    return OpenAIBackend(ApiOptions(url, **opts), tools)
 
 
 def one_turn(b: OpenAIBackend, messages: list[dict]) -> tuple[list, GenerationStats]:
@@ -165,30 +166,69 @@ def test_real_server_cancel_is_prompt(tiny_server):
     assert time.monotonic() - t_cancel < 0.5 and time.monotonic() - t0 < 60
 
 
-@pytest.mark.slow
-@pytest.mark.embedded
-def test_embedded_model_tool_round_trip_through_mlx_server(embedded, tmp_path):
-    """SmolLM2 exported as an MLX folder and served: `-p` with a real call chosen by the
-    model (text format: SmolLM2's template has no tools), run, answered, stats per turn."""
+def export_mlx(lm, folder: Path) -> Path:
+    """Write a loaded model as an MLX folder `mlx_lm` can load (weights as the engine runs them)."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
     from mlx_lm.utils import save_config
 
-    folder = tmp_path / "smol"
-    folder.mkdir()
-    mx.save_safetensors(str(folder / "model.safetensors"), dict(tree_flatten(embedded.model.parameters())))
-    save_config(dataclasses.asdict(embedded.model.args), folder / "config.json")
-    embedded.tokenizer._tokenizer.save_pretrained(str(folder))
-    server = MlxServer(folder).wait()
+    folder.mkdir(parents=True)
+    mx.save_safetensors(str(folder / "model.safetensors"), dict(tree_flatten(lm.model.parameters())))
+    save_config(dataclasses.asdict(lm.model.args), folder / "config.json")
+    lm.tokenizer._tokenizer.save_pretrained(str(folder))
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.embedded
+def test_embedded_model_through_mlx_server(embedded, tmp_path):
+    """SmolLM2 exported as an MLX folder and served: `-p` streams an answer (its template has
+    no tool format, so the tools travel as text), figures per turn, the server's cache hit on
+    the second message."""
+    server = MlxServer(export_mlx(embedded, tmp_path / "smol")).wait()
     try:
         repo = make_repo(tmp_path / "repo", SAMPLE)
-        cfg = full_auto(engine="openai", base_url=server.url, tool_format="text",
-                        tool_choice="first", max_tokens=120, max_turns=2)
+        cfg = full_auto(engine="openai", base_url=server.url, tool_format="text", max_tokens=24,
+                        max_turns=1)
         rt = Runtime(cfg, repo)
         rt.load()
-        events = list(rt.new_conversation().send("What does calc.py contain?"))
+        conv = rt.new_conversation()
+        first = list(conv.send("Say hello."))
+        second = list(conv.send("Say it again."))
+    finally:
+        server.stop()
+    stats = [e.stats for e in first + second if isinstance(e, TurnStats)]
+    assert len(stats) == 2 and all(s.generated_tokens > 0 and s.decode_tps > 0 for s in stats)
+    assert "Tools:" in conv.messages[0]["content"]
+    assert stats[1].cached_tokens >= stats[0].prompt_tokens - 1  # append-only: prefix reused
+    assert not first[-1].is_error and first[-1].result
+
+
+@pytest.mark.slow
+def test_qwen_coder_chooses_a_tool_through_mlx_server(tmp_path):
+    """Qwen2.5-Coder-0.5B (the store's GGUF, exported to MLX) behind mlx_lm.server, tools in
+    the `tools` parameter: the model itself calls read_file, the tool runs, the result goes
+    back, and the second request reuses the server's cache."""
+    from agent import store
+    from agent.engine.loading import load_model
+
+    if not store.is_present(store.lookup("qwen2.5-coder-0.5b")):
+        pytest.skip("qwen2.5-coder-0.5b not pulled (spec-agent models pull qwen2.5-coder-0.5b)")
+    folder = export_mlx(load_model("qwen2.5-coder-0.5b", device="cpu"), tmp_path / "qwen05")
+    server = MlxServer(folder).wait()
+    try:
+        from tools import TOOLS
+
+        repo = make_repo(tmp_path / "repo", SAMPLE)
+        # Two tools keep the prompt short (the CPU prefill dominates this test's time).
+        b = backend(server.url, max_tokens=40,
+                    tools={n: TOOLS[n] for n in ("read_file", "list_files")})
+        rt = Runtime(full_auto(max_turns=2), repo, model=b)
+        events = list(rt.new_conversation().send(
+            "Read the file calc.py with the read_file tool, then tell me what it contains."))
     finally:
         server.stop()
     done = [e for e in events if isinstance(e, ToolCallFinished)]
-    assert done, [e for e in events][-1]
-    assert events[-1].usage["model_turns"] == 2 and not events[-1].is_error
+    assert done and done[0].name == "read_file" and done[0].ok and "def add" in done[0].output
+    stats = [e.stats for e in events if isinstance(e, TurnStats)]
+    assert len(stats) == 2 and stats[1].cached_tokens >= stats[0].prompt_tokens - 1
