@@ -16,7 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from scripted import git_repo  # noqa: F401 - fixture
+from scripted import git, git_repo  # noqa: F401 - fixture
 
 from agent.approvals import decide
 from agent.config import ConfigError, load_config
@@ -278,3 +278,139 @@ def test_openblas_preload_of_the_cli_does_not_reach_the_sandbox(ctx, monkeypatch
         assert r.ok and "none" in r.output, r.output
     finally:
         sandbox.forget()
+
+
+# ---- git commands that may write the git folder ---------------------------------------------
+
+
+@pytest.mark.parametrize("command, writable", [
+    ("git commit -qam 'agent wip'", True),
+    ("git add -A && git commit -qm 'why?' && git log --oneline -1", True),
+    ("git stash pop", True),
+    ("git commit -qm x > log.txt 2>&1", True),
+    ("git stash", False),  # the denylist asks: a command it calls destructive stays read-only
+    ("git reset --hard", False),
+    ("git add -A && touch .git/hooks/pre-commit", False),  # another program
+    ("GIT_DIR=.git git commit -qm x", False),  # an environment prefix
+    ("git config core.hooksPath hooks", False),  # not a subcommand that records work
+    ("git show -s --output=.git/config HEAD", False),
+    ("git diff --outp=.git/hooks/pre-commit", False),  # an abbreviated --output
+    ("git rebase -x 'touch .git/x' HEAD~1", False),
+    ("git --work-tree=.git checkout HEAD -- hooks", False),
+    ("git commit -qm x > .git/hooks/pre-commit", False),
+    ("git commit -qm \"$(cat msg)\"", False),
+    ("git add *.py", False),  # a file named like an option would become one
+    ("git commit -qm '*.py: tidy'", True),  # quoted: no expansion
+])
+def test_which_commands_may_write_the_git_folder(git_repo, command, writable):
+    assert sandbox.git_may_write(command, git_repo) is writable
+
+
+def test_a_git_on_path_inside_the_repo_keeps_it_read_only(git_repo):
+    assert not sandbox.git_may_write("git commit -qm x", git_repo, {"PATH": f"{git_repo}/bin:/usr/bin"})
+    assert not sandbox.git_may_write("git commit -qm x", git_repo, {"PATH": "bin:/usr/bin"})
+    assert sandbox.git_may_write("git commit -qm x", git_repo, {"PATH": "/usr/bin"})
+
+
+@needs_bwrap
+def test_git_commands_that_record_work_can_write_the_git_folder(ctx):
+    (ctx.root / "calc.py").write_text("# the user's edit\n")
+    r = sh(ctx, "git add calc.py && git commit -qm 'agent wip' && git log --oneline -1")
+    assert r.ok and "agent wip" in r.output, r.output
+    assert git(ctx.root, "show", "HEAD:calc.py") == "# the user's edit\n"
+    assert git(ctx.root, "status", "--porcelain") == ""
+
+
+@needs_bwrap
+def test_hooks_and_config_stay_read_only_for_git_commands(ctx):
+    hook = ctx.root / ".git/hooks/pre-commit"
+    hook.write_text("#!/bin/sh\ntouch hook-ran\n")
+    hook.chmod(0o755)
+    config = (ctx.root / ".git/config").read_bytes()
+    (ctx.root / "calc.py").write_text("# changed\n")
+    r = sh(ctx, "git commit -qam wip")
+    assert r.ok and not (ctx.root / "hook-ran").exists()  # no hooks for a git-writable command
+    assert not sh(ctx, "git show -s --format=x --output=.git/config HEAD").ok
+    assert not sh(ctx, "git add -A && echo x > .git/hooks/post-commit").ok
+    assert not sh(ctx, "echo x > .git/hooks/pre-commit").ok
+    assert (ctx.root / ".git/config").read_bytes() == config
+    assert hook.read_text() == "#!/bin/sh\ntouch hook-ran\n" and not (ctx.root / ".git/hooks/post-commit").exists()
+
+
+@needs_bwrap
+def test_a_read_only_git_folder_is_explained(ctx):
+    r = sh(ctx, "git add -A && ls")
+    assert not r.ok and "Read-only file system" in r.output and "kept .git read-only" in r.output
+
+
+@needs_bwrap
+def test_full_auto_git_commands_through_the_sandbox_then_undo(git_repo, monkeypatch, tmp_path):
+    """full-auto: a sandboxed `git commit -am` of the user's dirty file works, and a `git reset`
+    that drops the user's staged version is undone by `spec-agent undo` (the snapshot taken
+    before the command); `git stash`, which the denylist asks about, stays read-only even
+    when approved."""
+    from agent.cli import main
+    from agent.events import ToolCallFinished
+    from scripted import ScriptedModel, call, conversation, full_auto
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+
+    def run(command: str, approver=None):
+        model = ScriptedModel([call("run_shell", command=command), "Done."])
+        events = list(conversation(git_repo, model, full_auto(), approver=approver).send("go"))
+        return next(e for e in events if isinstance(e, ToolCallFinished))
+
+    (git_repo / "calc.py").write_text("# the user's work\n")
+    done = run("git commit -qam 'wip' && git log -1 --format=%s")
+    assert done.ok and "wip" in done.output, done.output
+    assert git(git_repo, "show", "HEAD:calc.py") == "# the user's work\n"
+
+    (git_repo / "README.md").write_text("staged version\n")
+    git(git_repo, "add", "README.md")
+    (git_repo / "README.md").write_text("working version\n")
+    staged = git(git_repo, "diff", "--cached")
+    assert run("git reset -q").ok and git(git_repo, "diff", "--cached") == ""  # the staged text is gone
+    assert main(["-C", str(git_repo), "undo"]) == 0
+    assert git(git_repo, "diff", "--cached") == staged
+    assert (git_repo / "README.md").read_text() == "working version\n"
+
+    head = git(git_repo, "rev-parse", "HEAD")
+    done = run("git stash", approver=lambda request: "yes")
+    assert not done.ok and "kept .git read-only" in done.output
+    assert (git_repo / "README.md").read_text() == "working version\n" and git(git_repo, "stash", "list") == ""
+    assert git(git_repo, "rev-parse", "HEAD") == head
+
+
+# ---- processes and kernel interfaces ---------------------------------------------------------
+
+
+@needs_bwrap
+@pytest.mark.parametrize("command", [
+    "b(){ b|b& }; b; sleep 30",  # a fork bomb that keeps its shell waiting
+    "for i in $(seq 5000); do sleep 300{m} & done; wait",
+])
+def test_a_fork_bomb_is_stopped_and_the_machine_stays_usable(ctx, monkeypatch, command):
+    monkeypatch.setattr(sandbox, "MAX_PROCESSES", 24)
+    marker = f"{int(uuid.uuid4().int % 10**6) + 1000}"
+    start = time.monotonic()
+    r = sh(ctx, command.replace("{m}", marker), timeout_s=20)
+    assert not r.ok and "processes at once" in r.output, r.output[:300]
+    assert time.monotonic() - start < 10
+    time.sleep(0.2)
+    assert alive(f"sleep 300{marker}") == ""
+    assert sh(ctx, "echo still fine").output.endswith("still fine\n")
+
+
+@needs_bwrap
+def test_commands_have_no_capabilities_and_cannot_remount(ctx):
+    marker = f"/etc/spec-agent-remount-{uuid.uuid4().hex}"
+    r = sh(ctx, f"grep CapEff /proc/self/status; mount -o remount,rw,bind / ; touch {marker}")
+    assert "CapEff:\t0000000000000000" in r.output and not Path(marker).exists()
+    assert not sh(ctx, "v=$(cat /proc/sys/vm/swappiness) && echo $v > /proc/sys/vm/swappiness").ok
+
+
+@needs_bwrap
+def test_run_holds_only_symlinks(ctx):
+    """Sockets in /run (a session bus, docker, a database) are out of reach."""
+    r = sh(ctx, "find /run /var/run/ -mindepth 1 -maxdepth 1 ! -type l ! -name media")
+    assert r.ok and r.output == "exit code 0\n", r.output

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -165,17 +166,19 @@ def run_shell(ctx: ToolContext, command: str, timeout_s: float | None = None) ->
     if killed == "processes":
         return ToolResult(False, f"Error: started {sandbox.MAX_PROCESSES} processes at once (the "
                                  f"sandbox's limit) and was killed\n{text}")
-    if proc.returncode != 0 and ctx.sandbox != "off" and not git_writable and _git_read_only(text):
+    if proc.returncode != 0 and ctx.sandbox != "off" and not git_writable and _git_read_only(command, text):
         text += "\n" + _GIT_READ_ONLY_NOTE
     return ToolResult(proc.returncode == 0, f"exit code {proc.returncode}\n{text}")
 
 
 _GIT_READ_ONLY_NOTE = (
-    "[the sandbox kept .git read-only for this command: only a command made of plain git "
+    "[note: the sandbox kept .git read-only for this command; only a command made of plain git "
     "invocations that record work (git add, commit, switch, stash pop, ...; no other program, "
     "variable, substitution, glob or option that writes elsewhere; nothing destructive) may "
     "write it]")
 
 
-def _git_read_only(text: str) -> bool:
-    return "Read-only file system" in text and ".git" in text
+def _git_read_only(command: str, text: str) -> bool:
+    """The failure may come from the read-only git folder (git fails silently for some, such
+    as `git stash`)."""
+    return ("Read-only file system" in text and ".git" in text) or bool(re.search(r"\bgit\b", command))
