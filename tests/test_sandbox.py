@@ -414,3 +414,72 @@ def test_run_holds_only_symlinks(ctx):
     """Sockets in /run (a session bus, docker, a database) are out of reach."""
     r = sh(ctx, "find /run /var/run/ -mindepth 1 -maxdepth 1 ! -type l ! -name media")
     assert r.ok and r.output == "exit code 0\n", r.output
+
+
+# ---- @path attachments ------------------------------------------------------------------------
+
+
+def _attach(text: str, ctx: ToolContext, listed: list[str] | None = None, monkeypatch=None):
+    """attach_mentions in a thread, so a read that blocks fails the test instead of hanging it;
+    `listed`: what the repository listing returns (a file swapped after it was listed)."""
+    import threading
+
+    from agent.ui import inputs
+
+    if listed is not None:
+        monkeypatch.setattr(inputs, "repo_files", lambda ctx: listed)
+    out: list = []
+    worker = threading.Thread(target=lambda: out.append(inputs.attach_mentions(text, ctx)), daemon=True)
+    start = time.monotonic()
+    worker.start()
+    worker.join(timeout=5)
+    assert out, "attach_mentions blocked"
+    return out[0], time.monotonic() - start
+
+
+def test_attachments_skip_fifos_devices_and_symlinks_to_them(ctx, monkeypatch):
+    os.mkfifo(ctx.root / "pipe")
+    (ctx.root / "to-pipe").symlink_to("pipe")
+    (ctx.root / "zero").symlink_to("/dev/zero")
+    (ctx.root / "loop").symlink_to("loop")
+    names = ["pipe", "to-pipe", "zero", "loop", "calc.py"]
+    (message, attached), _ = _attach(" ".join(f"@{n}" for n in names), ctx, names, monkeypatch)
+    assert attached == ["calc.py"] and "def add" in message
+    (message, attached), _ = _attach("@to-pipe @zero @calc.py", ctx)  # the real listing: no links
+    assert attached == ["calc.py"]
+
+
+def test_a_huge_attachment_is_read_only_as_far_as_it_is_shown(ctx):
+    from agent.ui.inputs import MAX_ATTACH_CHARS
+
+    big = ctx.root / "big.txt"
+    with big.open("wb") as f:
+        f.write("é".encode() * (MAX_ATTACH_CHARS + 10))
+        f.truncate(8 << 30)  # 8 GiB, sparse: reading it whole would take minutes and the memory
+    (message, attached), took = _attach("see @big.txt", ctx)
+    assert attached == ["big.txt"] and took < 2
+    body = message.split('<file path="big.txt">\n', 1)[1]
+    assert body.startswith("é" * MAX_ATTACH_CHARS + "\n[... ") and "more bytes]" in body
+    assert len(message) < MAX_ATTACH_CHARS + 500
+
+
+def test_attachments_outside_the_repo_or_in_git_are_refused(ctx, monkeypatch, tmp_path):
+    (tmp_path / "secret.txt").write_text("SECRET\n")
+    (ctx.root / "leak.txt").symlink_to(tmp_path / "secret.txt")
+    names = ["leak.txt", ".git/config", "../secret.txt"]
+    (message, attached), _ = _attach("@leak.txt @.git/config @../secret.txt", ctx, names, monkeypatch)
+    assert attached == [] and "SECRET" not in message and "repositoryformatversion" not in message
+
+
+def test_a_user_command_that_leaves_a_child_returns_at_its_timeout(git_repo):
+    from agent.ui.inputs import run_user_command
+
+    marker = f"{int(uuid.uuid4().int % 10**6) + 1000}"
+    start = time.monotonic()
+    code, out = run_user_command(f"echo started; (sleep 600{marker}) ; echo never", git_repo, timeout_s=1)
+    assert code == 124 and "started" in out and "never" not in out and time.monotonic() - start < 5
+    code, out = run_user_command(f"sleep 601{marker} & echo bg", git_repo, timeout_s=1)
+    assert "bg" in out and time.monotonic() - start < 10
+    time.sleep(0.2)
+    assert alive(f"sleep 60[01]{marker}") == ""
+    assert run_user_command("echo hi; echo err >&2; exit 3", git_repo) == (3, "hi\nerr\n")

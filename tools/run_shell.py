@@ -39,7 +39,7 @@ DESCRIPTION = ("Run a shell command in the repo root (sandboxed: only the repo i
                "read-only, no network unless allowed); returns exit code and output.")
 
 
-class _Reader(threading.Thread):
+class CappedReader(threading.Thread):
     """Drains a pipe, keeping the first `limit` bytes and counting the rest."""
 
     def __init__(self, pipe, limit: int):
@@ -151,7 +151,7 @@ def run_shell(ctx: ToolContext, command: str, timeout_s: float | None = None) ->
         if info:
             os.close(info[1])
     census = _Census(info[0] if info else None)
-    reader = _Reader(proc.stdout, ctx.max_output_chars)
+    reader = CappedReader(proc.stdout, ctx.max_output_chars)
     reader.start()
     try:
         killed = _wait(proc, timeout, census)

@@ -1,22 +1,30 @@
 """What users type besides plain text, shared by the interactive UIs.
 
 - `@path` attaches a repository file: `attach_mentions` appends the named files' contents to
-  the message (files the repository ignores, binary files and files outside it are not
-  attached); `fuzzy_files` ranks the repository's files for completion.
-- `!command` runs a shell command as the user (not the agent: no approval, the user typed
-  it) in the repository with a timeout; `shell_note` formats its output for the conversation.
+  the message (files the repository ignores, binary files, files outside it and anything
+  but a regular file are not attached; a big file is read only as far as is attached, under
+  the same path confinement and special-file rules as the read_file tool);
+  `fuzzy_files` ranks the repository's files for completion.
+- `!command` runs a shell command as the user (not the agent: no approval, no sandbox, the
+  user typed it) in the repository with a timeout that also ends what it left running, and
+  a cap on the output kept; `shell_note` formats its output for the conversation.
 Nothing here draws or talks to the model.
 """
 
 from __future__ import annotations
 
+import codecs
+import os
 import re
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 MENTION = re.compile(r"(?<![\w@])@([\w./\-]+)")
 MAX_ATTACH_CHARS = 20_000  # per file
 MAX_NOTE_CHARS = 8_000
+MAX_USER_OUTPUT = 1 << 20  # bytes of a `!command`'s output kept (the note shows less)
 
 
 def repo_files(ctx) -> list[str]:
@@ -52,22 +60,12 @@ def fuzzy_files(query: str, files: list[str], limit: int = 20) -> list[str]:
 def attach_mentions(text: str, ctx) -> tuple[str, list[str]]:
     """`text` with the contents of every `@path` that names a repository file appended;
     returns (message, attached paths)."""
-    from tools._paths import PathError, confine
-    from tools.read_file import read_text
-
     known = set(repo_files(ctx))
     attached, blocks = [], []
     for path in dict.fromkeys(m.group(1).rstrip(".,;:") for m in MENTION.finditer(text)):
-        if path not in known:
-            continue
-        try:
-            content = read_text(confine(ctx.root, path).read_bytes())
-        except (PathError, OSError):
-            continue
+        content = _attachment(ctx.root, path) if path in known else None
         if content is None:
             continue
-        if len(content) > MAX_ATTACH_CHARS:
-            content = content[:MAX_ATTACH_CHARS] + f"\n[... {len(content) - MAX_ATTACH_CHARS} more characters]"
         attached.append(path)
         blocks.append(f'<file path="{path}">\n{content}\n</file>')
     if not blocks:
@@ -75,15 +73,70 @@ def attach_mentions(text: str, ctx) -> tuple[str, list[str]]:
     return text + "\n\nAttached files:\n" + "\n".join(blocks), attached
 
 
-def run_user_command(command: str, root: Path, timeout_s: float = 60.0) -> tuple[int, str]:
-    """Run the user's own `!command` in `root`; (exit code, stdout+stderr). 124 on timeout."""
+def _attachment(root: Path, path: str) -> str | None:
+    """The text of repo file `path`, cut after MAX_ATTACH_CHARS; None when it may not or
+    cannot be attached: outside the repo or in .git (symlinks followed), not a regular file
+    (a FIFO, device or socket is never opened in a way that blocks or acts), binary or
+    unreadable. Only the first MAX_ATTACH_CHARS characters' worth of bytes are read, however
+    big the file."""
+    from tools._paths import PathError, confine
+    from tools.read_file import open_regular
+
+    limit = MAX_ATTACH_CHARS * 4  # UTF-8: at most 4 bytes a character
     try:
-        proc = subprocess.run(command, shell=True, cwd=root, capture_output=True, text=True,
-                              errors="replace", timeout=timeout_s, stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired as e:
-        out = (e.stdout or "") if isinstance(e.stdout, str) else ""
+        with open_regular(confine(root, path), path) as f:
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(limit + 1)
+    except (PathError, OSError):
+        return None
+    cut = len(data) > limit
+    if b"\x00" in data[:8192]:
+        return None
+    try:  # a cut may split the last character: the decoder holds it back instead of failing
+        content = codecs.getincrementaldecoder("utf-8")().decode(data[:limit], final=not cut)
+    except UnicodeDecodeError:
+        return None
+    if cut or len(content) > MAX_ATTACH_CHARS:
+        shown = content[:MAX_ATTACH_CHARS]
+        rest = size - len(shown.encode("utf-8"))
+        return shown + f"\n[... {rest} more bytes]"
+    return content
+
+
+def run_user_command(command: str, root: Path, timeout_s: float = 60.0) -> tuple[int, str]:
+    """Run the user's own `!command` in `root`; (exit code, stdout+stderr, the first
+    MAX_USER_OUTPUT bytes kept). 124 on timeout: then everything it started in its process
+    group is killed too (a background child would otherwise hold the output open)."""
+    from tools.run_shell import CappedReader
+
+    try:
+        proc = subprocess.Popen(command, shell=True, cwd=root, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    except OSError as e:
+        return 127, f"could not start the command: {e}"
+    reader = CappedReader(proc.stdout, MAX_USER_OUTPUT)
+    reader.start()
+    deadline = time.monotonic() + timeout_s
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    reader.join(timeout=max(0.0, deadline - time.monotonic()))
+    if timed_out or reader.is_alive():  # its time is up, or a child it left holds the output
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            proc.kill()
+        proc.wait()
+        reader.join(timeout=2)
+    out = reader.kept.decode("utf-8", errors="replace")
+    if reader.total > len(reader.kept):
+        out += f"\n[... output cut: {reader.total - len(reader.kept)} more bytes]"
+    if timed_out:
         return 124, out + f"\n[killed after {timeout_s:g} s]"
-    return proc.returncode, proc.stdout + proc.stderr
+    return proc.returncode, out
 
 
 def shell_note(command: str, code: int, output: str) -> str:
