@@ -144,9 +144,10 @@ class Runtime:
 
     @property
     def model_name(self) -> str:
-        if self.session is None and self.cfg.engine == "openai" and self.model is not None:
-            return getattr(self.model, "label", self.cfg.model)
-        return self.session.target.name if self.session is not None else self.cfg.model
+        if self.session is not None:
+            return self.session.target.name
+        label = getattr(self.model, "label", "")  # a server: "openai host:port · model"
+        return label if label and label != "local" else self.cfg.model
 
     @property
     def draft_name(self) -> str:

@@ -422,3 +422,25 @@ def test_engine_openai_without_a_server_is_a_usage_error(repo, capsys):
     err = capsys.readouterr().err
     assert err == ("spec-agent: error: engine 'openai' needs a server: --base-url URL "
                    "(e.g. http://127.0.0.1:8080/v1)\n")
+
+
+def test_repl_runs_on_the_server_backend(repo):
+    from test_repl import make
+
+    with FakeServer([tool_reply("read_file", {"path": "README.md"}),
+                     text_reply("It is a sample.", delay_each=0.05)]) as srv:
+        repl = make(repo, [], model=backend(srv.url))
+        try:
+            assert repl.handle_line("what is README.md?") is True
+            out = repl.out.getvalue()
+            meter = repl.meter.text()
+        finally:
+            repl.close()
+    assert "It is a sample." in out and "read_file" in out
+    assert "openai 127.0.0.1" in meter and "fake-model" in meter  # the backend in the toolbar
+    assert "cache 7/50" in meter  # what the server reported, nothing else
+
+
+def test_label_keeps_the_host_and_shortens_the_model():
+    b = backend("http://gpu-box:8000/v1", model="Qwen/Qwen2.5-Coder-32B-Instruct")
+    assert b.label == "openai gpu-box:8000 · Qwen2.5-Coder-32B-Instruct"

@@ -121,7 +121,8 @@ class OpenAIBackend:
 
     @property
     def label(self) -> str:
-        return f"openai {self.host}" + (f" · {self.model}" if self.model else "")
+        """"openai host:port · model" (a Hub id or a path shortened to its last part)."""
+        return f"openai {self.host}" + (f" · {self.model.rsplit('/', 1)[-1]}" if self.model else "")
 
     def close(self) -> None:
         self.client.close()
