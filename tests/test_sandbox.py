@@ -301,8 +301,13 @@ def test_openblas_preload_of_the_cli_does_not_reach_the_sandbox(ctx, monkeypatch
     ("git commit -qm \"$(cat msg)\"", False),
     ("git add *.py", False),  # a file named like an option would become one
     ("git commit -qm '*.py: tidy'", True),  # quoted: no expansion
+    ("git mv calc.py lib.py", True),
+    ("git mv calc.py .git/commondir", False),  # git renames it before refusing the path
+    ("git mv calc.py ./.GIT./commondir", False),
+    ("git mv calc.py dotgit/commondir", False),  # a symlink to .git (made below)
 ])
 def test_which_commands_may_write_the_git_folder(git_repo, command, writable):
+    (git_repo / "dotgit").symlink_to(".git")
     assert sandbox.git_may_write(command, git_repo) is writable
 
 
@@ -483,3 +488,14 @@ def test_a_user_command_that_leaves_a_child_returns_at_its_timeout(git_repo):
     time.sleep(0.2)
     assert alive(f"sleep 60[01]{marker}") == ""
     assert run_user_command("echo hi; echo err >&2; exit 3", git_repo) == (3, "hi\nerr\n")
+
+
+@needs_bwrap
+def test_what_a_git_command_plants_in_the_git_folder_is_removed(ctx, monkeypatch):
+    """Should a command given a writable .git create a file there that git follows (a
+    `commondir` pointing git at a folder of the repo), it is removed after the command."""
+    monkeypatch.setattr(sandbox, "git_may_write", lambda command, root, env=None: True)
+    r = sh(ctx, "mkdir -p evil && echo ../evil > .git/commondir && git log -1")
+    assert not r.ok and "commondir" in r.output and "removed" in r.output
+    assert not (ctx.root / ".git/commondir").exists()
+    assert git(ctx.root, "rev-parse", "--git-common-dir").strip() == ".git"

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 from . import sandbox
 from ._base import ToolContext, ToolResult
@@ -110,17 +111,22 @@ def _wait(proc: subprocess.Popen, timeout: float, census: _Census) -> str:
             return why
 
 
-def _start(ctx: ToolContext, command: str) -> tuple[list[str], dict[str, str], tuple[int, int] | None, bool] | str:
-    """(argv, environment, bwrap's info pipe (read end, write end) or None, whether the git
-    folder is writable), or why the command cannot run."""
+_Started = tuple[list[str], dict[str, str], "tuple[int, int] | None", "list[Path] | None"]
+
+
+def _start(ctx: ToolContext, command: str) -> _Started | str:
+    """(argv, environment, bwrap's info pipe (read end, write end) or None, and when the git
+    folder is writable the paths in it to watch (sandbox.missing_git_code), else None), or
+    why the command cannot run."""
     argv, env = ["/bin/sh", "-c", command], sandbox.child_env()
     if ctx.sandbox == "off":
-        return argv, env, None, False
+        return argv, env, None, None
     ok, why = sandbox.available()
     if not ok:
         return (f"no sandbox available ({why}); the command was not run. "
                 'The user may install one or set sandbox = "off".')
     git_writable = sandbox.git_may_write(command, ctx.root, env)
+    watch = sandbox.missing_git_code(ctx.root) if git_writable else None
     if git_writable:
         env = sandbox.without_hooks(env)
     info = os.pipe() if sys.platform.startswith("linux") else None
@@ -128,7 +134,7 @@ def _start(ctx: ToolContext, command: str) -> tuple[list[str], dict[str, str], t
         os.set_inheritable(info[1], True)
     argv = sandbox.wrap(argv, ctx.root, ctx.allow_network, git_writable=git_writable,
                         info_fd=info[1] if info else None)
-    return argv, env, info, git_writable
+    return argv, env, info, watch
 
 
 def run_shell(ctx: ToolContext, command: str, timeout_s: float | None = None) -> ToolResult:
@@ -136,7 +142,7 @@ def run_shell(ctx: ToolContext, command: str, timeout_s: float | None = None) ->
     started = _start(ctx, command)
     if isinstance(started, str):
         return ToolResult.error(started)
-    argv, env, info, git_writable = started
+    argv, env, info, watch = started
     try:
         proc = subprocess.Popen(
             argv, cwd=ctx.root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -166,7 +172,12 @@ def run_shell(ctx: ToolContext, command: str, timeout_s: float | None = None) ->
     if killed == "processes":
         return ToolResult(False, f"Error: started {sandbox.MAX_PROCESSES} processes at once (the "
                                  f"sandbox's limit) and was killed\n{text}")
-    if proc.returncode != 0 and ctx.sandbox != "off" and not git_writable and _git_read_only(command, text):
+    planted = sandbox.remove_planted(watch) if watch else []
+    if planted:
+        return ToolResult(False, f"exit code {proc.returncode}\n{text}\n[the command created "
+                                 f"{', '.join(planted)}, where git looks for code to run or for "
+                                 "another git folder; removed]")
+    if proc.returncode != 0 and ctx.sandbox != "off" and watch is None and _git_read_only(command, text):
         text += "\n" + _GIT_READ_ONLY_NOTE
     return ToolResult(proc.returncode == 0, f"exit code {proc.returncode}\n{text}")
 

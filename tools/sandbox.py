@@ -31,7 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ._paths import git_dirs
+from ._paths import _is_dotgit, git_dirs
 
 SANDBOX_EXEC = "/usr/bin/sandbox-exec"  # never from PATH: a repo could shadow it
 PRLIMIT = "/usr/bin/prlimit"
@@ -152,6 +152,27 @@ def _protected(root: Path, git_writable: bool = False) -> list[Path]:
             linked = []
         paths += [w / name for w in linked for name in ("config.worktree", "commondir", "gitdir")]
     return pointer + list(dict.fromkeys(paths))
+
+
+def missing_git_code(root: Path) -> list[Path]:
+    """The paths of _GIT_CODE (in every git folder of `root`) that do not exist: a command
+    given a writable git folder could create them, where no bind can keep them read-only."""
+    return [p for p in _protected(root, git_writable=True) if not os.path.lexists(p)]
+
+
+def remove_planted(paths: list[Path]) -> list[str]:
+    """Delete those of `paths` (from `missing_git_code`, before a command) that exist now;
+    returns them. Nothing a git command allowed to write its folder does creates them."""
+    planted = []
+    for p in paths:
+        if not os.path.lexists(p):
+            continue
+        planted.append(str(p))
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
+    return planted
 
 
 def _bubblewrap(root: Path, protected: list[Path], allow_network: bool, exe: str) -> list[str]:
@@ -278,16 +299,31 @@ def _plain_git(args: list[str], root: Path) -> bool:
     sub, rest = args[0], args[1:]
     if sub == "bisect" and "run" in rest:
         return False
+    options = True
     for word in rest:
-        if word == "--":
-            break
-        name = word.split("=", 1)[0]
+        options = options and word != "--"
+        if not options or not word.startswith("-"):
+            if _names_git_folder(word, root):  # `git mv x .git/commondir` renames before it checks
+                return False
+            continue
+        name, _, value = word.partition("=")
         if name.startswith("--") and len(name) > 3 and any(
                 r.startswith(name) or name.startswith(r) for r in _GIT_RISKY):
             return False
-        if sub == "rebase" and word.startswith("-") and not word.startswith("--") and "x" in word:
+        if value and _names_git_folder(value, root):
+            return False
+        if sub == "rebase" and not name.startswith("--") and "x" in name:
             return False  # rebase -x CMD runs CMD
     return all(_writable_target(t, root) for t in targets)
+
+
+def _names_git_folder(word: str, root: Path) -> bool:
+    """`word`, read as a path, names the git folder or something in it (however spelled, or
+    through a symlink)."""
+    if any(_is_dotgit(part) for part in word.replace("\\", "/").split("/")):
+        return True
+    full = Path(os.path.realpath(root / word))
+    return any(full == d or d in full.parents for d in (Path(os.path.realpath(g)) for g in git_dirs(root)))
 
 
 def _without_redirects(words: list[str]) -> tuple[list[str], list[str]]:
