@@ -57,8 +57,8 @@ def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None]
     if kind != "lookup":
         # Same tokenizer, but embedding tables may be padded to different widths.
         model = DraftModel(draft, cfg.draft_confidence, min(target.vocab_size, draft.vocab_size))
-    drafter = (PromptLookup() if kind == "lookup" else model if kind == "model"
-               else Combined(model, PromptLookup()))
+    lookup = PromptLookup(max_k=cfg.num_draft_tokens or 16)  # a pinned K caps its runs too
+    drafter = lookup if kind == "lookup" else model if kind == "model" else Combined(model, lookup)
     policy = SpecPolicy(mode=cfg.speculation, fixed_k=cfg.num_draft_tokens)
     return Speculator(drafter, policy)
 

@@ -147,7 +147,10 @@ class PromptLookup:
     - after the model departs from the source (the edit itself), the next lookup prefers
       the occurrence nearest after where the copy left off (the rest of the edited text
       usually follows there) over the most recent one anywhere;
-    - n-grams from `max_n` down to 1 token.
+    - n-grams from `max_n` down to 1 token, each kind of match (continuing, near the copy
+      point, n tokens long) drafting as much as it has recently been accepted: a kind whose
+      drafts keep failing (1-token matches in prose) drafts nothing for a while, since a
+      rejected draft costs a verify pass wider than a plain step.
     Per-round work does not grow with the context: the index maps each n-gram to the
     positions after its occurrences (appended as the history grows, popped on a rewind),
     and the history is checked against the last one by its tail only.
@@ -156,8 +159,9 @@ class PromptLookup:
     name = "lookup"
     TAIL_CHECK = 16  # tokens compared to decide that the history only grew since last time
 
-    def __init__(self, max_n: int = 4, min_n: int = 1, extra: Sequence[int] = ()):
+    def __init__(self, max_n: int = 4, min_n: int = 1, extra: Sequence[int] = (), max_k: int = 16):
         self.max_n, self.min_n = max_n, min_n
+        self.max_k = max_k  # longest draft of a continuing run (a pinned K sets it to K)
         self.hist: list[int] = []
         self.index: dict[tuple[int, ...], list[int]] = {}
         self.extra = list(extra)
@@ -167,6 +171,12 @@ class PromptLookup:
         self.src = -1  # where in hist the last draft was copied from (-1: none)
         self.src_at = 0  # len(hist) when that draft was made
         self.anchor = -1  # where the last copy run left the source (a locality hint)
+        self.kind, self.drafted = "", 0  # what the last draft came from, and its length
+        self.gain: dict[str, float] = dict(self.PRIOR)  # recent accepted tokens per kind
+
+    # Accepted tokens a kind of match is expected to yield before any is measured.
+    PRIOR = {"follow": 8.0, "near": 4.0, "n4": 4.0, "n3": 3.0, "n2": 1.5, "n1": 1.0}
+    GROW, FLOOR, SKIP_BELOW = 2, 1, 0.3  # chosen on the tune workloads of `bench lookup`
 
     # ---- the index ----------------------------------------------------------------------
 
@@ -205,16 +215,37 @@ class PromptLookup:
 
     def _follow(self) -> int:
         """Continue the last draft's source: the position in hist to copy from next, or -1
-        when the tokens added since then left it (the anchor then marks where)."""
+        when the tokens added since then left it (the anchor then marks where). Scores the
+        last draft's kind by how many of its tokens were accepted."""
         if self.src < 0:
             return -1
         added = self.hist[self.src_at :]
-        for i, tok in enumerate(added):
-            j = self.src + i
-            if j >= len(self.hist) or self.hist[j] != tok:
-                self.anchor, self.src = j, -1
-                return -1
+        i = 0
+        while i < len(added) and self.hist[self.src + i] == added[i]:
+            i += 1
+        if self.drafted:
+            self.gain[self.kind] = 0.7 * self.gain[self.kind] + 0.3 * min(i, self.drafted)
+        if i < len(added):
+            self.anchor, self.src = self.src + i, -1
+            return -1
         return self.src + len(added)
+
+    def _length(self, kind: str, k: int) -> int:
+        """Tokens to draft from a match of this kind: a continuing run that was accepted in
+        full grows past k (to `max_k`); a fresh match drafts k while its kind pays, fewer
+        when not, none when its drafts have kept failing (retried after a while)."""
+        g = self.gain[kind]
+        if kind == "follow" and self.drafted:
+            return min(self.max_k, max(k, self.GROW * self.drafted))
+        if g < self.SKIP_BELOW:
+            self.gain[kind] = g + 0.03
+            return 0
+        return k if g >= 2 else max(min(k, self.FLOOR), min(k, round(2 * g)))
+
+    def _draft(self, kind: str, end: int, k: int) -> list[int]:
+        self.kind, self.drafted = kind, self._length(kind, k)
+        self.src, self.src_at = (end, len(self.hist)) if self.drafted else (-1, 0)
+        return _continue(self.hist, end, self.drafted)
 
     def _pick(self, ends: list[int]) -> int:
         """The occurrence to copy from: the first at or after the anchor, else the latest."""
@@ -232,15 +263,16 @@ class PromptLookup:
         self._update(history)
         end = self._follow()
         if end >= 0:
-            self.src, self.src_at = end, len(self.hist)
-            return max(self.last_match, self.max_n), _continue(self.hist, end, k)
+            cont = self._draft("follow", end, k)
+            return (max(self.last_match, self.max_n), cont) if cont else (0, [])
         for n in range(min(self.max_n, len(history)), self.min_n - 1, -1):
             key = tuple(history[-n:])
             ends = self.index.get(key)
             if ends:
                 end = self._pick(ends)
-                self.src, self.src_at = end, len(self.hist)
-                return n, _continue(self.hist, end, k)
+                near = self.anchor >= 0 and end >= self.anchor
+                cont = self._draft("near" if near else f"n{min(n, 4)}", end, k)
+                return (n, cont) if cont else (0, [])
             ends = self.extra_index.get(key)
             if ends:
                 return n, self.extra[ends[-1] : ends[-1] + k]
