@@ -68,6 +68,7 @@ def git_env(extra: dict[str, str] | None = None, literal: bool = True) -> dict[s
 
 
 _KEPT_GIT_VARS = {"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
+                  "GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE",
                   "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_CEILING_DIRECTORIES"}
 
 
