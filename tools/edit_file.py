@@ -41,7 +41,8 @@ SCHEMA = {
     "required": ["path", "edits"],
     "additionalProperties": False,
 }
-DESCRIPTION = "Replace exact text in a file: each edit's `old` must occur exactly once; applied in order."
+DESCRIPTION = ("Change part of a file: each edit replaces `old` (text copied exactly from the file, "
+               "occurring once) with `new`; edits apply in order.")
 
 
 def _line_of(text: str, index: int) -> int:

@@ -30,7 +30,7 @@ SCHEMA = {
     "required": ["path", "content"],
     "additionalProperties": False,
 }
-DESCRIPTION = "Create a file or replace its whole content."
+DESCRIPTION = "Create a file, or replace a whole file: `content` is the complete new file."
 
 
 def _umask() -> int:

@@ -21,17 +21,23 @@ def system_prompt(root: Path, native_tools: bool = False) -> str:
     """`native_tools`: the backend gives the model the tool schemas in the model's own tool
     format (its chat template or a server's `tools` parameter), so they are not listed here."""
     lines = [
-        "You are spec-agent, a coding agent working inside a code repository. Use the tools "
-        "to look at files, change them and run commands. Paths are relative to the repository root.",
+        "You are spec-agent, a coding agent working inside a code repository. You act through "
+        "tools: a file changes only when you call edit_file or write_file, never by showing code "
+        "in your reply. Paths are relative to the repository root.",
         "",
     ]
     if not native_tools:
         lines += ["To call a tool, write exactly one call and then stop:",
-                  OPEN + '{"name":"read_file","arguments":{"path":"src/main.py"}}' + CLOSE]
+                  OPEN + '{"name":"read_file","arguments":{"path":"src/main.py"}}' + CLOSE,
+                  "To change text in a file:",
+                  OPEN + '{"name":"edit_file","arguments":{"path":"src/main.py","edits":[{"old":'
+                  '"port = 80","new":"port = 8080"}]}}' + CLOSE]
     lines += [
-        "The result comes back in the next message. To change a file, read it first, then use "
-        "edit_file with `old` copied exactly from the file. When the task is done, reply with a "
-        "short summary and no tool call.",
+        "The result comes back in the next message. Work in steps: read the file the task names; "
+        "change it with edit_file (`old` copied exactly from the file), or write_file to create a "
+        "file; when the task is done, reply with a one-line summary and no tool call. For a "
+        "question, find the answer with grep or read_file, then answer in one sentence that "
+        "names the file.",
     ]
     if not native_tools:
         lines += ["", "Tools:"]
