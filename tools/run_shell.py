@@ -167,16 +167,17 @@ def run_shell(ctx: ToolContext, command: str, timeout_s: float | None = None) ->
     text = reader.kept.decode("utf-8", errors="replace")
     if reader.total > len(reader.kept):
         text += f"\n[... output cut: {reader.total - len(reader.kept)} more bytes]"
+    planted = sandbox.remove_planted(watch) if watch else []
+    if planted:
+        text += (f"\n[the command created {', '.join(planted)}, where git looks for code to run "
+                 "or for another git folder; removed]")
     if killed == "timeout":
         return ToolResult(False, f"Error: timed out after {timeout:g}s and was killed\n{text}")
     if killed == "processes":
-        return ToolResult(False, f"Error: started {sandbox.MAX_PROCESSES} processes at once (the "
+        return ToolResult(False, f"Error: had {sandbox.MAX_PROCESSES} processes at once (the "
                                  f"sandbox's limit) and was killed\n{text}")
-    planted = sandbox.remove_planted(watch) if watch else []
     if planted:
-        return ToolResult(False, f"exit code {proc.returncode}\n{text}\n[the command created "
-                                 f"{', '.join(planted)}, where git looks for code to run or for "
-                                 "another git folder; removed]")
+        return ToolResult(False, f"exit code {proc.returncode}\n{text}")
     if proc.returncode != 0 and ctx.sandbox != "off" and watch is None and _git_read_only(command, text):
         text += "\n" + _GIT_READ_ONLY_NOTE
     return ToolResult(proc.returncode == 0, f"exit code {proc.returncode}\n{text}")
