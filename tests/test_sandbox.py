@@ -499,3 +499,26 @@ def test_what_a_git_command_plants_in_the_git_folder_is_removed(ctx, monkeypatch
     assert not r.ok and "commondir" in r.output and "removed" in r.output
     assert not (ctx.root / ".git/commondir").exists()
     assert git(ctx.root, "rev-parse", "--git-common-dir").strip() == ".git"
+
+
+@pytest.fixture
+def visible_home(monkeypatch):
+    """A fake home directory the sandbox can see (tmp_path lies in /tmp, private inside)."""
+    import shutil
+    import tempfile
+
+    home = Path(tempfile.mkdtemp(dir="/var/tmp"))
+    monkeypatch.setenv("HOME", str(home))
+    yield home
+    shutil.rmtree(home, ignore_errors=True)
+
+
+@needs_bwrap
+def test_home_socket_folders_are_hidden_offline(git_repo, visible_home):
+    (visible_home / ".ssh").mkdir()
+    (visible_home / ".ssh/cm-user@server").write_text("stands in for a ControlMaster socket\n")
+    (visible_home / ".bashrc").write_text("# mine\n")
+    r = sh(ToolContext(git_repo, shell_timeout_s=10), 'ls -A "$HOME/.ssh"; cat "$HOME/.bashrc"')
+    assert r.ok and "cm-user" not in r.output and "# mine" in r.output
+    r = sh(ToolContext(git_repo, shell_timeout_s=10, allow_network=True), 'ls -A "$HOME/.ssh"')
+    assert r.ok and "cm-user@server" in r.output

@@ -184,12 +184,19 @@ def _bubblewrap(root: Path, protected: list[Path], allow_network: bool, exe: str
         out += ["--bind", str(root), str(root)]
     for d in protected:  # after the repo's bind, so they cover it; also re-shows a gitdir in /tmp
         out += ["--ro-bind-try", str(d), str(d)]
+    out += _home_socket_dirs(allow_network)  # after it too: a home inside the repo stays covered
     if not allow_network:
         out.append("--unshare-net")
     out += ["--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL",
             "--setenv", "TMPDIR", "/tmp", "--chdir", str(root), "--"]
     return out
+
+
+# Folders of the home directory that hold sockets to services outside the sandbox: ssh's
+# connection sharing (commands on the user's servers), gpg's agent (signing as the user),
+# Docker Desktop's daemon.
+_HOME_SOCKET_DIRS = (".ssh", ".gnupg", ".docker")
 
 
 def _runtime_dirs(allow_network: bool) -> list[str]:
@@ -218,6 +225,17 @@ def _runtime_dirs(allow_network: bool) -> list[str]:
     for path in keep:
         if path.startswith(("/run/", "/var/run/")) and os.path.exists(path):
             out += ["--ro-bind-try", path, path]
+    return out
+
+
+def _home_socket_dirs(allow_network: bool) -> list[str]:
+    """Without the network, _HOME_SOCKET_DIRS emptied (nothing there is of use offline, and
+    their sockets reach out; with the network, ssh and git over ssh need ~/.ssh)."""
+    home, out = os.path.expanduser("~"), []
+    for name in _HOME_SOCKET_DIRS if not allow_network and home != "/" else ():
+        path = os.path.join(home, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            out += ["--tmpfs", path]
     return out
 
 
