@@ -522,3 +522,8 @@ def test_home_socket_folders_are_hidden_offline(git_repo, visible_home):
     assert r.ok and "cm-user" not in r.output and "# mine" in r.output
     r = sh(ToolContext(git_repo, shell_timeout_s=10, allow_network=True), 'ls -A "$HOME/.ssh"')
     assert r.ok and "cm-user@server" in r.output
+
+
+def test_a_nul_byte_in_a_command_is_one_clear_error(ctx):
+    r = sh(ctx, "echo a\x00b")
+    assert not r.ok and r.output == "Error: the command contains a NUL byte, which no shell can be given; not run"

@@ -139,6 +139,8 @@ def _start(ctx: ToolContext, command: str) -> _Started | str:
 
 def run_shell(ctx: ToolContext, command: str, timeout_s: float | None = None) -> ToolResult:
     timeout = min(timeout_s or ctx.shell_timeout_s, ctx.shell_timeout_s)
+    if "\x00" in command:
+        return ToolResult.error("the command contains a NUL byte, which no shell can be given; not run")
     started = _start(ctx, command)
     if isinstance(started, str):
         return ToolResult.error(started)
