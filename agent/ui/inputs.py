@@ -113,7 +113,7 @@ def run_user_command(command: str, root: Path, timeout_s: float = 60.0) -> tuple
         proc = subprocess.Popen(command, shell=True, cwd=root, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-    except OSError as e:
+    except (OSError, ValueError) as e:  # ValueError: a NUL byte in the command
         return 127, f"could not start the command: {e}"
     reader = CappedReader(proc.stdout, MAX_USER_OUTPUT)
     reader.start()
