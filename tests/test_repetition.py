@@ -127,6 +127,15 @@ def test_a_reply_that_imitates_a_tool_result_becomes_a_call():
 
 
 def test_ordinary_replies_are_not_held_back():
-    for reply in ["The answer is 7.", "<b>bold</b> text", ""]:
+    for reply in ["The answer is 7.", "<b>bold</b> text", "", '{"a": 1}', '{"names": []}']:
         model = LocalModel(ScriptSession([reply]), SamplingParams(), 64, None, constrain=False)
         assert _texts(model.generate([{"role": "user", "content": "x"}])) == reply
+
+
+def test_a_bare_json_call_without_markers_becomes_a_call():
+    session = ScriptSession(['{"name": "change_port", "arguments": {"port": 9090}}',
+                             '{"name":"git_status","arguments":{}}</tool_call>'])
+    model = LocalModel(session, SamplingParams(), 64, None, constrain=False)
+    events = list(model.generate([{"role": "user", "content": "x"}]))
+    assert _texts(events) == '<tool_call>{"name":"git_status","arguments":{}}</tool_call>'
+    assert session.prompts[1] == [1, 2, 3] + [ord(c) for c in "<tool_call>"]

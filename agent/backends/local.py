@@ -29,6 +29,7 @@ from ..events import Event, GenerationStats, TextDelta, Warning
 from .base import ModelError, tool_specs, wire_messages
 
 _PROBE = "spec_agent_probe_tool"
+BARE_CALL = '{"name"'  # a reply opening like this is a call written without its markers
 
 
 def template_takes_tools(tokenizer: Any) -> bool:
@@ -112,24 +113,27 @@ class LocalModel:
     def reply_reserve(self) -> int:
         return int(self.max_tokens)
 
-    def _stream(self, prompt: list[int], out: list, cancel: CancelToken, hold: str = "",
-                **kw) -> Iterator[Event]:
+    def _stream(self, prompt: list[int], out: list, cancel: CancelToken,
+                holds: tuple[str, ...] = (), **kw) -> Iterator[Event]:
         """One `Session.generate`; a degenerate loop stops it like a cancel, and its stats
-        then say finish_reason "repetition". Text deltas that could be the start of `hold`
-        at the start of the reply are held back, and dropped if the reply stops at it."""
+        then say finish_reason "repetition". Text deltas at the start of the reply that could
+        begin one of `holds` are held back: dropped if the reply stops at it or is a bare
+        call, passed on as soon as the text goes another way."""
         from ..core.repetition import STOP_REASON, RepetitionGuard, StopToken
         from ..engine.session import ContextOverflowError
 
         guard, stop = RepetitionGuard(), StopToken(cancel)
         held: list[TextDelta] = []
+        holding = bool(holds)
         try:
             for ev in self.session.generate(prompt, params=self.params, max_tokens=self.max_tokens,
                                             cancel=stop, **kw):
                 if isinstance(ev, GenerationStats):
                     if stop.stopped_here:
                         ev = replace(ev, finish_reason=STOP_REASON)
-                    if hold and ev.finish_reason != "stop_string":
-                        yield from held  # the reply ended without writing `hold`
+                    start = "".join(d.text for d in held).lstrip()
+                    if holding and ev.finish_reason != "stop_string" and not start.startswith(BARE_CALL):
+                        yield from held  # the reply ended without writing what was held
                     out.append(ev)
                     continue
                 if isinstance(ev, TextDelta):
@@ -137,12 +141,12 @@ class LocalModel:
                     if guard.add_all(ev.tokens) and not stop.cancelled:
                         stop.stop()
                         yield Warning(guard.reason())
-                    if hold:
+                    if holding:
                         held.append(ev)
                         start = "".join(d.text for d in held).lstrip()
-                        if hold.startswith(start) or start.startswith(hold):
+                        if any(h.startswith(start) or start.startswith(h) for h in holds):
                             continue
-                        hold = ""
+                        holding = False
                         yield from held
                         continue
                 yield ev
@@ -169,14 +173,16 @@ class LocalModel:
             yield from self._call(messages, prompt, OPEN, None, cancel)
             return
         first: list = []
-        mimic = "" if self.native_tools else RESULT_OPEN
-        yield from self._stream(prompt, first, stop_strings=[OPEN, *filter(None, [mimic])],
-                                cancel=cancel, hold=mimic)
+        holds = (BARE_CALL,) if self.native_tools else (RESULT_OPEN, BARE_CALL)
+        stops = [OPEN] if self.native_tools else [OPEN, RESULT_OPEN]
+        yield from self._stream(prompt, first, stop_strings=stops, cancel=cancel, holds=holds)
         stats = first.pop()
-        text = "".join(first)
-        if mimic and stats.finish_reason == "stop_string" and text.strip() == mimic:
-            # Only tools write tool results: a reply that opens with one is the model wanting
-            # another call (small models imitate the result format), so it gets one.
+        text = "".join(first).strip()
+        mimic = stats.finish_reason == "stop_string" and text == RESULT_OPEN
+        if mimic or text.startswith(BARE_CALL):
+            # Small models imitate a tool result after a call (only tools write those), or
+            # write a call's JSON without its markers: either way they want a call, so the
+            # text is dropped and a call is decoded under the grammar instead.
             yield TextDelta(OPEN, (), (), ())
             yield from self._call(messages, prompt, OPEN, stats, cancel)
             return
