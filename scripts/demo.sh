@@ -1,39 +1,49 @@
 #!/usr/bin/env bash
-# `make demo`: a real agent task with the embedded model (SmolLM2-135M) in a throwaway git repo.
-# The model is tiny, so it may well not solve the task; the demo shows what it did: its tool
-# calls (decoded under the tool-call grammar), the commits it made, the diff, and tok/s.
+# `make demo`: a real agent task in a throwaway git repo, then the task's own check.
+# The model is the embedded default (SmolLM2-135M) unless DEMO_MODEL names another one
+# (e.g. DEMO_MODEL=qwen2.5-coder-0.5b after `spec-agent models pull qwen2.5-coder-0.5b`);
+# DEMO_TASK picks one of the eval tasks (agent/eval/tasks/). The demo shows what the agent did:
+# its tool calls (decoded under the tool-call grammar), its commits, the diff, tok/s, and
+# whether the task's check passes. A 135M model fails most tasks: the check says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="$PWD/.venv/bin"
+MODEL="${DEMO_MODEL:-default}"
+TASK_NAME="${DEMO_TASK:-json_config}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/spec-agent-demo.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT
 
-git -C "$WORK" init -q -b main
-git -C "$WORK" config user.name "Demo User"
-git -C "$WORK" config user.email "demo@example.com"
-cat > "$WORK/calc.py" <<'PY'
-def add(a, b):
-    return a + b
-
-
-def mul(a, b):
-    return a * b
+# The eval task's repository, instruction and check (the same ones `spec-agent eval` runs).
+"$BIN/python" - "$TASK_NAME" "$WORK" <<'PY'
+import sys
+from pathlib import Path
+from agent.eval.tasks import load_tasks, make_repo
+task = load_tasks(names=[sys.argv[1]])[0]
+work = Path(sys.argv[2])
+make_repo(task, work / "repo")
+(work / "instruction.txt").write_text(task.instruction)
 PY
-printf '# calc\n\nTiny arithmetic helpers.\n' > "$WORK/README.md"
-git -C "$WORK" add -A && git -C "$WORK" commit -q -m "initial"
-
-TASK="Use edit_file to add a docstring to the function add in calc.py."
-echo "== sample repo: $WORK"
+REPO="$WORK/repo"
+TASK="$(cat "$WORK/instruction.txt")"
+echo "== sample repo: $REPO (eval task $TASK_NAME)"
 echo "== task: $TASK"
-echo "== spec-agent -p ... --yes --max-turns 3 --tool-choice required --stats"
+echo "== spec-agent -p ... -m $MODEL --yes --max-turns 4 --stats"
 status=0
-"$BIN/spec-agent" -p "$TASK" -C "$WORK" --yes --max-turns 3 --max-tokens 192 \
-  --tool-choice required --stats 2>&1 || status=$?
+"$BIN/spec-agent" -p "$TASK" -C "$REPO" -m "$MODEL" --yes --max-turns 4 --max-tokens 256 \
+  --stats 2>&1 || status=$?
 echo "== exit code: $status"
 echo "== git log"
-git -C "$WORK" log --format='%h %an: %s%n%w(0,4,4)%b' | sed '/^\s*$/d'
+git -C "$REPO" log --format='%h %an: %s%n%w(0,4,4)%b' | sed '/^\s*$/d'
 echo "== changes made by the agent (git diff initial..HEAD)"
-ROOT="$(git -C "$WORK" rev-list --max-parents=0 HEAD)"
-git -C "$WORK" --no-pager diff "$ROOT" HEAD
-git -C "$WORK" diff --quiet "$ROOT" HEAD && echo "(no changes committed)"
-echo "== uncommitted: $(git -C "$WORK" status --porcelain | wc -l) file(s)"
+ROOT="$(git -C "$REPO" rev-list --max-parents=0 HEAD)"
+git -C "$REPO" --no-pager diff "$ROOT" HEAD
+git -C "$REPO" diff --quiet "$ROOT" HEAD && echo "(no changes committed)"
+echo "== uncommitted: $(git -C "$REPO" status --porcelain | wc -l) file(s)"
+"$BIN/python" - "$TASK_NAME" "$REPO" "$ROOT" <<'PY'
+import sys
+from pathlib import Path
+from agent.eval.tasks import check, load_tasks
+task = load_tasks(names=[sys.argv[1]])[0]
+ok, why = check(task, Path(sys.argv[2]), "", sys.argv[3])
+print("== the task's check:", "PASS" if ok else f"FAIL ({why})")
+PY
