@@ -1,4 +1,4 @@
-"""Drafters: prompt lookup's continuing matches, locality after an edit, the incremental index
+"""Drafters: prompt lookup's continuing matches and draft lengths, the incremental index
 (equal to a fresh build after any grow/rewind), the draft model's cheap resync (warm proposals
 equal cold ones), and greedy identity with plain decoding on copy-heavy text."""
 
@@ -70,17 +70,13 @@ def test_a_kind_of_match_that_keeps_failing_stops_drafting_for_a_while():
     assert min(lk.gain.values()) < PromptLookup.SKIP_BELOW + 0.1
 
 
-def test_after_an_edit_the_copy_resumes_near_where_it_left_the_source():
-    # def main ( argv ) : ... def other ( x ) : ... and the output renames main to run.
-    source = [1, 2, 3, 4, 5, 6, 7, 8, 1, 9, 3, 10, 5, 6, 11]
-    hist = source + [99] + [1, 2]
-    lk = PromptLookup(max_n=4, min_n=1)
-    assert lk.match(hist, 3)[1] == [3, 4, 5]
-    hist += [77]  # the edit: the target wrote 77 where the source has 3
-    assert lk.match(hist, 3) == (0, [])
-    hist += [3]  # "(" again: the nearest occurrence after the edit point, not the latest
-    cont = lk.match(hist, 3)[1]
-    assert cont and cont == [4, 5, 6][: len(cont)]
+def test_after_the_copy_breaks_the_latest_occurrence_is_searched_again():
+    source = [1, 2, 3, 4, 5, 6, 7, 8, 1, 2, 3, 10, 5, 6, 11]
+    hist = source + [99] + [5, 6]
+    lk = PromptLookup(max_n=4, min_n=2)
+    assert lk.match(hist, 2)[1] == [11, 99]  # the latest "5 6"
+    hist += [7]  # the target wrote 7: the cursor is gone, "6 7" is found again
+    assert lk.match(hist, 2)[1][:1] == [8]
 
 
 def test_lookup_from_extra_text():

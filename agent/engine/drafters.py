@@ -141,16 +141,16 @@ class DraftModel:
 class PromptLookup:
     """N-gram lookup: continue a match in the history (or extra text), no model call.
 
-    Three things make its drafts land on copy-heavy edits:
+    Two things make its drafts land on copy-heavy edits:
     - a match that was accepted continues across rounds (a cursor into the source), so
-      the draft keeps following the text being copied instead of re-searching each round;
-    - after the model departs from the source (the edit itself), the next lookup prefers
-      the occurrence nearest after where the copy left off (the rest of the edited text
-      usually follows there) over the most recent one anywhere;
-    - n-grams from `max_n` down to 1 token, each kind of match (continuing, near the copy
-      point, n tokens long) drafting as much as it has recently been accepted: a kind whose
-      drafts keep failing (1-token matches in prose) drafts nothing for a while, since a
-      rejected draft costs a verify pass wider than a plain step.
+      the draft keeps following the text being copied instead of re-searching each round,
+      and a run accepted in full drafts twice as far next time;
+    - each kind of match (continuing, or a fresh n-gram of n tokens, latest occurrence)
+      drafts as much as it has recently had accepted: a kind whose drafts keep failing
+      drafts nothing for a while, since a rejected draft costs a verify pass wider than a
+      plain step.
+    (Choices made on the tune workloads of `spec-agent bench lookup`: 1-token matches and
+    preferring the occurrence nearest where a copy left off both lost there.)
     Per-round work does not grow with the context: the index maps each n-gram to the
     positions after its occurrences (appended as the history grows, popped on a rewind),
     and the history is checked against the last one by its tail only.
@@ -159,7 +159,7 @@ class PromptLookup:
     name = "lookup"
     TAIL_CHECK = 16  # tokens compared to decide that the history only grew since last time
 
-    def __init__(self, max_n: int = 4, min_n: int = 1, extra: Sequence[int] = (), max_k: int = 16):
+    def __init__(self, max_n: int = 4, min_n: int = 2, extra: Sequence[int] = (), max_k: int = 16):
         self.max_n, self.min_n = max_n, min_n
         self.max_k = max_k  # longest draft of a continuing run (a pinned K sets it to K)
         self.hist: list[int] = []
@@ -170,12 +170,11 @@ class PromptLookup:
         self.last_match = 0  # n of the last successful match (0 = none)
         self.src = -1  # where in hist the last draft was copied from (-1: none)
         self.src_at = 0  # len(hist) when that draft was made
-        self.anchor = -1  # where the last copy run left the source (a locality hint)
         self.kind, self.drafted = "", 0  # what the last draft came from, and its length
         self.gain: dict[str, float] = dict(self.PRIOR)  # recent accepted tokens per kind
 
     # Accepted tokens a kind of match is expected to yield before any is measured.
-    PRIOR = {"follow": 8.0, "near": 4.0, "n4": 4.0, "n3": 3.0, "n2": 1.5, "n1": 1.0}
+    PRIOR = {"follow": 8.0, "n4": 4.0, "n3": 3.0, "n2": 1.5, "n1": 1.0}
     GROW, FLOOR, SKIP_BELOW = 2, 1, 0.3  # chosen on the tune workloads of `bench lookup`
 
     # ---- the index ----------------------------------------------------------------------
@@ -200,7 +199,7 @@ class PromptLookup:
                     del self.index[key]
         del self.hist[n:]
         if self.src >= n or self.src_at > n:
-            self.src, self.anchor = -1, -1
+            self.src = -1
 
     def _update(self, history: Sequence[int]) -> None:
         h, t = len(self.hist), self.TAIL_CHECK
@@ -215,8 +214,8 @@ class PromptLookup:
 
     def _follow(self) -> int:
         """Continue the last draft's source: the position in hist to copy from next, or -1
-        when the tokens added since then left it (the anchor then marks where). Scores the
-        last draft's kind by how many of its tokens were accepted."""
+        when the tokens added since then left it. Scores the last draft's kind by how many
+        of its tokens were accepted."""
         if self.src < 0:
             return -1
         added = self.hist[self.src_at :]
@@ -226,7 +225,7 @@ class PromptLookup:
         if self.drafted:
             self.gain[self.kind] = 0.7 * self.gain[self.kind] + 0.3 * min(i, self.drafted)
         if i < len(added):
-            self.anchor, self.src = self.src + i, -1
+            self.src = -1
             return -1
         return self.src + len(added)
 
@@ -247,16 +246,6 @@ class PromptLookup:
         self.src, self.src_at = (end, len(self.hist)) if self.drafted else (-1, 0)
         return _continue(self.hist, end, self.drafted)
 
-    def _pick(self, ends: list[int]) -> int:
-        """The occurrence to copy from: the first at or after the anchor, else the latest."""
-        import bisect
-
-        if self.anchor >= 0:
-            i = bisect.bisect_left(ends, self.anchor)
-            if i < len(ends) and ends[i] < len(self.hist):
-                return ends[i]
-        return ends[-1]
-
     def match(self, history: Sequence[int], k: int) -> tuple[int, list[int]]:
         """(n, continuation): n is the matched n-gram length (the whole run so far when a
         match continues); (0, []) when nothing matches."""
@@ -269,9 +258,7 @@ class PromptLookup:
             key = tuple(history[-n:])
             ends = self.index.get(key)
             if ends:
-                end = self._pick(ends)
-                near = self.anchor >= 0 and end >= self.anchor
-                cont = self._draft("near" if near else f"n{min(n, 4)}", end, k)
+                cont = self._draft(f"n{min(n, 4)}", ends[-1], k)
                 return (n, cont) if cont else (0, [])
             ends = self.extra_index.get(key)
             if ends:
