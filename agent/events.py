@@ -97,7 +97,8 @@ class GenerationStats(_Acceptance, Event):
     decode_tps: float
     ttft_s: float
     peak_memory_gb: float
-    finish_reason: str  # "stop" (EOS / stop token), "stop_string", "length", "cancelled"
+    finish_reason: str  # "stop" (EOS / stop token), "stop_string", "length", "cancelled",
+    # or the reason a `watch` hook gave (e.g. "repetition")
     context_tokens: int = 0  # tokens in the session's context after this call
     context_limit: int = 0
     speculative: bool = False

@@ -188,3 +188,25 @@ def test_round_timing_includes_the_drafts_catch_up(pair, monkeypatch):
     run(s, prompt, max_tokens=12, stop_tokens=set())
     assert spec.spec_tps.n > 0
     assert spec.spec_tps.value < 3 / 0.05  # at most K+1 tokens per >= 50 ms round
+
+
+def test_watch_ends_the_turn_at_its_token_whatever_the_rounds(pair):
+    """A `watch` hook (the repetition guard's seat) ends the turn right after the token it
+    names, with speculation on or off: same tokens, same history, its finish reason."""
+    target, draft = pair
+    prompt = Session(target).render([{"role": "user", "content": PROMPT}])
+    seen: list[int] = []
+
+    def at(n: int):
+        count = iter(range(1, 10_000))
+        return lambda token: "watched" if next(count) == n else None
+
+    for n in (5, 17, 40):
+        plain = run(Session(target), prompt, max_tokens=96, stop_tokens=set(), watch=at(n))
+        got = run(spec_session(target, draft, "combined"), prompt, max_tokens=96,
+                  stop_tokens=set(), watch=at(n))
+        assert plain["stats"].finish_reason == got["stats"].finish_reason == "watched"
+        assert got["tokens"] == plain["tokens"] and len(got["tokens"]) == n
+        assert got["history"] == plain["history"]
+        seen.append(got["stats"].rounds)
+    assert any(seen)  # speculation ran

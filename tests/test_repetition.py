@@ -40,7 +40,8 @@ def test_guard_ignores_ordinary_text_and_short_repeats():
 
 
 class LoopingSession:
-    """A session whose model repeats one sentence until it is cancelled."""
+    """A session whose model repeats one sentence until it is cancelled or its `watch`
+    hook ends the turn (as `Session.generate` does, right after that token)."""
 
     tokenizer = object()
 
@@ -50,12 +51,17 @@ class LoopingSession:
     def render(self, messages, tools=None):
         return [1, 2, 3]
 
-    def generate(self, prompt, params=None, max_tokens=0, cancel=None, **kw):
+    def generate(self, prompt, params=None, max_tokens=0, cancel=None, watch=None, **kw):
+        reason = "length"
         while not cancel.cancelled and self.generated < max_tokens:
             tok = SENTENCE[self.generated % len(SENTENCE)]
             self.generated += 1
             yield TextDelta(f"w{tok} ", (tok,))
-        reason = "cancelled" if cancel.cancelled else "length"
+            why = watch(tok) if watch is not None else None
+            if why:
+                reason = why
+                break
+        reason = "cancelled" if cancel.cancelled else reason
         yield replace(fake_stats(generated=self.generated), finish_reason=reason)
 
 

@@ -115,22 +115,26 @@ class LocalModel:
 
     def _stream(self, prompt: list[int], out: list, cancel: CancelToken,
                 holds: tuple[str, ...] = (), **kw) -> Iterator[Event]:
-        """One `Session.generate`; a degenerate loop stops it like a cancel, and its stats
-        then say finish_reason "repetition". Text deltas at the start of the reply that could
-        begin one of `holds` are held back: dropped if the reply stops at it or is a bare
-        call, passed on as soon as the text goes another way."""
-        from ..core.repetition import STOP_REASON, RepetitionGuard, StopToken
+        """One `Session.generate`; a degenerate loop ends it right after the token that shows
+        it (finish_reason "repetition", after a `Warning`). Text deltas at the start of the
+        reply that could begin one of `holds` are held back: dropped if the reply stops at it
+        or is a bare call, passed on as soon as the text goes another way."""
+        from ..core.repetition import STOP_REASON, RepetitionGuard
         from ..engine.session import ContextOverflowError
 
-        guard, stop = RepetitionGuard(), StopToken(cancel)
+        guard = RepetitionGuard()
         held: list[TextDelta] = []
         holding = bool(holds)
+
+        def watch(token: int) -> str | None:
+            return STOP_REASON if guard.add(token) else None
+
         try:
             for ev in self.session.generate(prompt, params=self.params, max_tokens=self.max_tokens,
-                                            cancel=stop, **kw):
+                                            cancel=cancel, watch=watch, **kw):
                 if isinstance(ev, GenerationStats):
-                    if stop.stopped_here:
-                        ev = replace(ev, finish_reason=STOP_REASON)
+                    if ev.finish_reason == STOP_REASON:
+                        yield Warning(guard.reason())
                     start = "".join(d.text for d in held).lstrip()
                     if holding and ev.finish_reason != "stop_string" and not start.startswith(BARE_CALL):
                         yield from held  # the reply ended without writing what was held
@@ -138,9 +142,6 @@ class LocalModel:
                     continue
                 if isinstance(ev, TextDelta):
                     out.append(ev.text)
-                    if guard.add_all(ev.tokens) and not stop.cancelled:
-                        stop.stop()
-                        yield Warning(guard.reason())
                     if holding:
                         held.append(ev)
                         start = "".join(d.text for d in held).lstrip()

@@ -3,9 +3,10 @@
 Small models fall into loops (one sentence repeated until the token limit). `RepetitionGuard`
 watches a turn's tokens as they are generated and trips once the latest `min_span` tokens are
 periodic (a span of at most `max_period` tokens repeated back to back, at least `min_repeats`
-times). The cost per token is one comparison per candidate period. `StopToken` lets a backend
-stop its own generation (between decoding rounds, like a user's cancel) and still tell the
-two apart. Engine-neutral: it sees token ids only and imports nothing heavy.
+times). The cost per token is one comparison per candidate period. A backend ends the turn
+right after the token that trips it (the local engine's `Session.generate(watch=...)`), so
+where it stops does not depend on how decoding rounds were cut. Engine-neutral: it sees
+token ids only and imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 from collections import deque
 from typing import Iterable
 
-from ..cancel import CancelToken
 
 STOP_REASON = "repetition"
 
@@ -51,23 +51,3 @@ class RepetitionGuard:
     def reason(self) -> str:
         return (f"the model kept repeating the same {self.period}-token span; the turn was "
                 f"stopped after {self.seen} tokens")
-
-
-class StopToken(CancelToken):
-    """A cancel token that is set by its owner (`stop`) or by the `parent` (the user)."""
-
-    def __init__(self, parent: CancelToken | None = None):
-        super().__init__()
-        self.parent = parent
-
-    def stop(self) -> None:
-        self.cancel()
-
-    @property
-    def stopped_here(self) -> bool:
-        """Set by the owner, not (also) by the user."""
-        return super().cancelled and not (self.parent is not None and self.parent.cancelled)
-
-    @property
-    def cancelled(self) -> bool:
-        return super().cancelled or (self.parent is not None and self.parent.cancelled)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
 
@@ -244,11 +244,15 @@ class Session:
         stop_tokens: set[int] | None = None,
         stop_strings: Sequence[str] = (),
         cancel: CancelToken | None = None,
+        watch: Callable[[int], str | None] | None = None,
     ) -> Iterator[Event]:
         """Stream one model turn for `prompt`. Stops at EOS (`stop_tokens` replaces the EOS
         set when given), after `max_tokens`, once the text contains a `stop_strings` entry
         (the text is cut right after it; finish_reason "stop_string"), or when `cancel` is
         set (checked between prefill chunks and between decoding rounds; "cancelled").
+        `watch` sees every generated token in order; when it returns a reason, the turn ends
+        right after that token with that finish_reason, wherever the token fell in a batch of
+        accepted drafts (so the output never depends on how rounds were cut).
         Yields `DecodeProgress` at most every `PROGRESS_EVERY_S` while decoding."""
         if not prompt:
             raise ValueError("empty prompt")
@@ -281,7 +285,7 @@ class Session:
                 if not tally.first:
                     tally.first = time.perf_counter()
                 n, seg, finish = self._take(detok, toks, stop, stop_strings, text_so_far,
-                                            tally, max_tokens, finish)
+                                            tally, max_tokens, finish, watch)
                 if n < len(toks) and self.speculator is not None:
                     self.speculator.drop_emitted(sources[n:])  # accepted past a stop
                 if n:
@@ -291,7 +295,7 @@ class Session:
                         out, srcs = out[:-1], srcs[:-1]
                     if out:
                         yield TextDelta(seg, out, tuple(s != "target" for s in srcs), tuple(srcs))
-                if finish in ("stop", "stop_string") or tally.generated >= max_tokens:
+                if finish not in ("length", "cancelled") or tally.generated >= max_tokens:
                     break
                 progress = self._progress(tally)
                 if progress is not None:
@@ -308,7 +312,7 @@ class Session:
         yield self._stats(prompt, cached, tally, finish)
 
     def _take(self, detok, toks, stop, stop_strings, before: str, tally: _Tally,
-              max_tokens: int, finish: str) -> tuple[int, str, str]:
+              max_tokens: int, finish: str, watch=None) -> tuple[int, str, str]:
         """Take a batch's tokens one by one, as plain decoding would have produced them, and
         stop at the first that ends the turn (a stop token, the token completing a stop string,
         `max_tokens`). Returns (tokens taken, their text, finish reason); the tokens after a
@@ -326,6 +330,9 @@ class Session:
             if cut is not None:
                 return n, text + piece[:cut], "stop_string"
             text += piece
+            why = watch(t) if watch is not None else None
+            if why:
+                return n, text, why
             if tally.generated >= max_tokens:
                 break
         return n, text, finish
