@@ -12,7 +12,9 @@ from mlx_lm.models import base
 
 from agent.engine import attention, blas
 from agent.engine.sampling import SamplingParams
+from agent.engine.session import Session
 from agent.engine.step import plain_decode, prefill
+from agent.events import TextDelta
 
 
 def _qkv(heads: int, kv_heads: int, dim: int, q_len: int, k_len: int, batch: int = 1, seed=0):
@@ -236,3 +238,31 @@ def test_real_coretype_check_is_accurate():
         pytest.skip("no AVX2/AVX-512 on this CPU")
     error = blas.check_coretype(blas.openblas_library(), coretype)
     assert error is not None and error < 1e-4
+
+
+def test_verify_blocks_over_many_keys_take_numpy_path_greedy_exact(pair, monkeypatch):
+    """Multi-token blocks over enough cached keys (verify passes at long context, a short new
+    message) use the numpy path; speculative greedy output still equals plain greedy."""
+    from agent.engine.drafters import DraftModel
+    from agent.engine.speculative import SpecPolicy, Speculator
+
+    target, draft = pair
+    q, k, v = _qkv(9, 3, 64, 5, attention.MIN_SCORES // 5 + 1)
+    assert attention.applies(q, k, None, "causal", None)
+    assert not attention.applies(q[:, :, :1], k, None, "causal", None)  # decode keeps MLX
+    monkeypatch.setattr(attention, "MIN_SCORES", 64)  # every verify pass of this test
+    used = []
+    real = attention.prefill_attention
+    monkeypatch.setattr(attention, "prefill_attention",
+                        lambda *a, **kw: used.append(a[0].shape[2]) or real(*a, **kw))
+    prompt = Session(target).render([{"role": "user", "content": "def add(a, b):\n" * 8}])
+
+    def tokens(session):
+        return [t for e in session.generate(prompt, max_tokens=64, stop_tokens=set())
+                if isinstance(e, TextDelta) for t in e.tokens]
+
+    plain = tokens(Session(target))
+    spec = tokens(Session(target, speculator=Speculator(DraftModel(draft),
+                                                        SpecPolicy(mode="on", fixed_k=4))))
+    assert spec == plain
+    assert any(1 < n < attention.MIN_QUERIES for n in used)  # verify passes went through numpy

@@ -32,7 +32,11 @@ import mlx.core as mx
 import numpy as np
 from mlx_lm.models import base as _base
 
-MIN_QUERIES = 64  # shorter query blocks (decode, speculative verify) keep MLX's path
+MIN_QUERIES = 64  # query blocks this long (prefill chunks) always take the numpy path
+# Shorter multi-token blocks (a verify pass, a short new message) take it when they score this
+# many query x key pairs: at a few thousand cached tokens MLX's scalar exp costs more than
+# the hand-off. Single-token decode steps keep MLX's path (and its pipelining).
+MIN_SCORES = 32768
 _SCORE_BUDGET = 1 << 21  # floats in one score block (8 MB): rows x keys per task
 _MAX_BLOCK = 64  # query rows per task and query head: a 128-token chunk makes 2 tasks per KV head
 
@@ -47,7 +51,8 @@ def applies(queries: mx.array, keys: mx.array, cache: Any, mask: Any, sinks: Any
     """True when `prefill_attention` handles this call (see the module docstring)."""
     return (
         not hasattr(cache, "bits")  # a quantized cache passes (data, scales, biases) tuples
-        and queries.shape[2] >= MIN_QUERIES
+        and (queries.shape[2] >= MIN_QUERIES
+             or (queries.shape[2] >= 2 and queries.shape[2] * keys.shape[2] >= MIN_SCORES))
         and queries.dtype == mx.float32
         and keys.dtype == mx.float32
         and sinks is None
