@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import glob
 import os
-import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable
@@ -31,6 +30,8 @@ from typing import Any, Callable
 import mlx.core as mx
 import numpy as np
 from mlx_lm.models import base as _base
+
+from .module_patch import ModulePatch
 
 MIN_QUERIES = 64  # query blocks this long (prefill chunks) always take the numpy path
 # Shorter multi-token blocks (a verify pass, a short new message) take it when they score this
@@ -40,7 +41,6 @@ MIN_SCORES = 32768
 _SCORE_BUDGET = 1 << 21  # floats in one score block (8 MB): rows x keys per task
 _MAX_BLOCK = 64  # query rows per task and query head: a 128-token chunk makes 2 tasks per KV head
 
-_installed: dict[str, Callable] = {}  # model module name -> the function it had before
 
 
 def _on_cpu() -> bool:
@@ -209,33 +209,9 @@ def _pool() -> ThreadPoolExecutor | None:
 # --- installing into mlx-lm model modules ---------------------------------------------------
 
 
-def install(model: Any) -> bool:
-    """Make `model`'s mlx-lm module use this attention; True if it does (now or already).
-
-    Only modules that call mlx-lm's stock `scaled_dot_product_attention` by module-level name
-    are patched; models with their own attention are left alone (False).
-    """
-    name = type(model).__module__
-    module = sys.modules.get(name)
-    current = getattr(module, "scaled_dot_product_attention", None)
-    if current is scaled_dot_product_attention:
-        return True
-    if current is not _base.scaled_dot_product_attention:
-        return False
-    _installed[name] = current
-    module.scaled_dot_product_attention = scaled_dot_product_attention
-    return True
-
-
-def uninstall(model: Any) -> None:
-    """Undo `install` for `model`'s module (for every model of that architecture)."""
-    name = type(model).__module__
-    original = _installed.pop(name, None)
-    if original is not None:
-        sys.modules[name].scaled_dot_product_attention = original
-
-
-def installed(model: Any) -> bool:
-    """Whether `model`'s module currently routes its attention through this module."""
-    module = sys.modules.get(type(model).__module__)
-    return getattr(module, "scaled_dot_product_attention", None) is scaled_dot_product_attention
+_patch = ModulePatch("scaled_dot_product_attention", _base.scaled_dot_product_attention,
+                     scaled_dot_product_attention)
+# `install(model)`: route `model`'s mlx-lm module through this attention (True if it is); only
+# modules that call mlx-lm's stock function by module-level name are patched. `uninstall`
+# undoes it for that module; `installed` says whether it is routed.
+install, uninstall, installed = _patch.install, _patch.uninstall, _patch.installed

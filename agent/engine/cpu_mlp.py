@@ -13,16 +13,14 @@ up by its MLP at call time) through `swiglu` below; `uninstall` puts the origina
 
 from __future__ import annotations
 
-import sys
-from typing import Any
-
 import mlx.core as mx
 import numpy as np
 from mlx_lm.models import activations as _act
 
+from .module_patch import ModulePatch
+
 MIN_ROWS = 64  # tokens in a block; shorter blocks keep MLX's path
 
-_installed: dict[str, Any] = {}  # model module name -> the function it had before
 
 
 def applies(gate: mx.array, x: mx.array) -> bool:
@@ -46,23 +44,7 @@ def swiglu(gate: mx.array, x: mx.array) -> mx.array:
     return mx.array(out)
 
 
-def install(model: Any) -> bool:
-    """Make `model`'s mlx-lm module use this `swiglu`; True if it does (now or already).
-    Only modules that use mlx-lm's stock `swiglu` by module-level name are patched."""
-    name = type(model).__module__
-    module = sys.modules.get(name)
-    current = getattr(module, "swiglu", None)
-    if current is swiglu:
-        return True
-    if current is not _act.swiglu:
-        return False
-    _installed[name] = current
-    module.swiglu = swiglu
-    return True
-
-
-def uninstall(model: Any) -> None:
-    name = type(model).__module__
-    original = _installed.pop(name, None)
-    if original is not None:
-        sys.modules[name].swiglu = original
+_patch = ModulePatch("swiglu", _act.swiglu, swiglu)
+# `install(model)` routes `model`'s mlx-lm module's `swiglu` here (True if it is); `uninstall`
+# puts the original back.
+install, uninstall = _patch.install, _patch.uninstall
