@@ -196,14 +196,9 @@ def run(lm: Any, log: Callable[[str], None]) -> dict[str, Any]:
 
 
 def main(args, cfg) -> int:
-    from .. import store
     from ..engine.loading import load_model
 
-    if cfg.model == "default" and not store.is_present():
-        print(f"spec-agent: error: the embedded model is not pulled ({store.PULL_HINT})",
-              file=sys.stderr)
-        return 2
-    lm = load_model(cfg.model, device=cfg.device)
+    lm = load_model(cfg.model, device=cfg.device)  # a model not pulled: one line, exit 2
     result = run(lm, lambda m: print(m, file=sys.stderr, flush=True))
     if args.json:
         print(json.dumps(result, indent=1))

@@ -152,14 +152,9 @@ def run(lm: Any, cfg: Any, subset: str, tokens: int, log: Callable[[str], None])
 
 
 def main(args, cfg) -> int:
-    from .. import store
     from ..engine.loading import load_model
 
-    if cfg.model == "default" and not store.is_present():
-        print(f"spec-agent: error: the embedded model is not pulled ({store.PULL_HINT})",
-              file=sys.stderr)
-        return 2
-    lm = load_model(cfg.model, device=cfg.device)
+    lm = load_model(cfg.model, device=cfg.device)  # a model not pulled: one line, exit 2
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     result = run(lm, cfg, "all", args.tokens or (48 if args.quick else 200), log)
     if args.json:
