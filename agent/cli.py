@@ -41,6 +41,11 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tool-format", choices=["auto", "native", "text"],
                    help="tool schemas and calls in the model's own format (native: its chat "
                    "template / the server's `tools`) or as <tool_call> text (text)")
+    g.add_argument("--edit-format", choices=["whole", "tool"],
+                   help="whole: the model changes a file by replying with all of it in a code "
+                   "block; tool: through edit_file (search/replace) and write_file calls")
+    g.add_argument("--no-attach-mentioned", dest="attach_mentioned", action="store_const",
+                   const=False, help="do not attach the files a message names to it")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,6 +101,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--json", action="store_true", help="print one JSON object")
     bench.add_argument("--quick", action="store_true", help="small workloads (CI)")
     bench.add_argument("--tokens", type=int, help="tokens per workload")
+    bench.add_argument("--subset", choices=["all", "tune", "check"], default="all",
+                       help="lookup: tune workloads (guide the drafter) or held-out check ones")
     bench.add_argument("--pair", choices=["auto", "qwen-coder", "controlled"], default="auto",
                        help="spec: the trained Qwen2.5-Coder pair from the store or the "
                        "controlled synthetic pair (auto: trained when pulled, not with --quick)")
@@ -145,7 +152,8 @@ def _flags(args: argparse.Namespace) -> dict:
     keys = ("model", "draft_model", "num_draft_tokens", "speculation", "drafter", "temperature",
             "top_p", "top_k", "min_p", "max_tokens", "device", "blas", "max_turns",
             "approval_mode", "auto_commit", "constrained_calls", "tool_choice", "dirty_files",
-            "shell_timeout_s", "sandbox", "allow_network", "engine", "base_url", "tool_format")
+            "shell_timeout_s", "sandbox", "allow_network", "engine", "base_url", "tool_format",
+            "edit_format", "attach_mentioned")
     out = {k: getattr(args, k, None) for k in keys}
     if getattr(args, "yes", False):
         out["approval_mode"] = "full-auto"

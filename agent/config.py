@@ -32,6 +32,7 @@ class Config:
     drafter: str = "auto"  # auto | model | lookup | combined
     num_draft_tokens: int = 0  # 0 = adaptive K
     draft_confidence: float = 0.3  # the draft model stops a round below this top probability
+    draft_vocab: int = 32768  # draft head over the first N ids + ids seen; 0 = full head
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
@@ -58,6 +59,8 @@ class Config:
     read_timeout_s: float = 300.0  # engine openai: longest wait for the next bytes (first byte too)
     max_retries: int = 3  # engine openai: retries on connection errors and HTTP 429/503
     tool_format: str = "auto"  # auto (the model's own where it has one) | native | text
+    edit_format: str = "whole"  # whole (reply with the whole new file) | tool (edit_file/write_file)
+    attach_mentioned: bool = True  # files a message names are attached to it
 
 
 _CHOICES = {
@@ -71,6 +74,7 @@ _CHOICES = {
     "sandbox": {"auto", "off"},
     "engine": {"local", "openai"},
     "tool_format": {"auto", "native", "text"},
+    "edit_format": {"whole", "tool"},
 }
 
 
@@ -89,6 +93,7 @@ _RANGES = {
     "memory_headroom_gb": (lambda v: v >= 0, ">= 0"),
     "num_draft_tokens": (lambda v: 0 <= v <= 32, "between 0 (adaptive) and 32"),
     "draft_confidence": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "draft_vocab": (lambda v: v >= 0, ">= 0 (0 = the full head)"),
     "temperature": (lambda v: v >= 0, ">= 0"),
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "top_k": (lambda v: v >= 0, ">= 0 (0 = off)"),

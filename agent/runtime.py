@@ -56,7 +56,8 @@ def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None]
             say(w)
     if kind != "lookup":
         # Same tokenizer, but embedding tables may be padded to different widths.
-        model = DraftModel(draft, cfg.draft_confidence, min(target.vocab_size, draft.vocab_size))
+        model = DraftModel(draft, cfg.draft_confidence, min(target.vocab_size, draft.vocab_size),
+                           cfg.draft_vocab)
     lookup = PromptLookup(max_k=cfg.num_draft_tokens or 16)  # a pinned K caps its runs too
     drafter = lookup if kind == "lookup" else model if kind == "model" else Combined(model, lookup)
     policy = SpecPolicy(mode=cfg.speculation, fixed_k=cfg.num_draft_tokens)
@@ -73,6 +74,10 @@ def open_openai(cfg: Config, tools: Any = None):
                       cfg.read_timeout_s, cfg.max_retries, native_tools=cfg.tool_format != "text",
                       temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
                       tool_choice=cfg.tool_choice)
+    if tools is None:
+        from .core.prompt import tools_for
+
+        tools = tools_for(cfg.edit_format)
     return OpenAIBackend(opts, tools)
 
 
@@ -117,6 +122,7 @@ class Runtime:
                 self.conversation.model = self.model
             return
         from .backends.local import LocalModel
+        from .core.prompt import tools_for
         from .engine.loading import load_model, select_device
         from .engine.pairing import preload_warnings
         from .engine.session import Session
@@ -135,7 +141,7 @@ class Runtime:
                                store=self.store, kv_bits=cfg.kv_bits)
         self.model = LocalModel(self.session, sampling_params(cfg), cfg.max_tokens, self.ctx,
                                 constrain=cfg.constrained_calls, tool_choice=cfg.tool_choice,
-                                tool_format=cfg.tool_format)
+                                tool_format=cfg.tool_format, tools=tools_for(cfg.edit_format))
         if cfg.tool_format == "native" and not self.model.native_tools:
             self.warn(f"{target.name}'s chat template has no tool-call format; tools are "
                       "described in the system prompt instead")

@@ -429,7 +429,7 @@ def _attach(text: str, ctx: ToolContext, listed: list[str] | None = None, monkey
     `listed`: what the repository listing returns (a file swapped after it was listed)."""
     import threading
 
-    from agent.ui import inputs
+    from agent.core import attach as inputs
 
     if listed is not None:
         monkeypatch.setattr(inputs, "repo_files", lambda ctx: listed)

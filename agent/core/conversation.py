@@ -32,7 +32,9 @@ from .budget import Budget
 from .snapshots import SnapshotError, SnapshotStore
 from .callformat import ParsedCall, format_result, parse_calls, strip_calls
 from .preview import approval_request, scope_keys
+from .attach import ATTACHED, attach_mentions
 from .prompt import system_prompt
+from .wholefile import judge, parse_blocks
 
 
 Model = Backend  # what the conversation talks to: any agent.backends.base.Backend
@@ -105,7 +107,8 @@ class Conversation:
         self._saved = len(self.messages)  # messages already persisted (a resumed history is)
         if not self.messages:
             native = bool(getattr(model, "native_tools", False))  # schemas sent by the backend
-            self._append({"role": "system", "content": system_prompt(self.root, native)})
+            prompt = system_prompt(self.root, native, cfg.edit_format)
+            self._append({"role": "system", "content": prompt})
         self.usage = Usage()  # the whole conversation
         self.budget = Budget()  # what the model reads of the history (see core/budget.py)
         self.always: set[str] = set()  # approval scopes the user answered "always" for
@@ -147,6 +150,8 @@ class Conversation:
         if self.git.warning and not self._warned:
             self._warned = True
             yield Warning(self.git.warning)
+        if self.cfg.attach_mentioned:
+            text, _ = attach_mentions(text, self.ctx, plain=True)
         self._append({"role": "user", "content": text})
         for turn in range(1, self.cfg.max_turns + 1):
             run.turn = turn
@@ -165,6 +170,11 @@ class Conversation:
                 yield from self._finish(run, "repetition", "the model kept repeating itself; "
                                         "the turn was stopped")
                 return
+            if not calls and not cut and self.cfg.edit_format == "whole":
+                stop = yield from self._apply_blocks(run, reply, text)
+                if stop:
+                    yield from self._finish(run, "approval_required", stop)
+                    return
             if not calls:
                 reason = "cancelled" if run.cancel.cancelled else "answered"
                 yield from self._finish(run, reason, "cancelled" if reason == "cancelled" else "")
@@ -213,8 +223,29 @@ class Conversation:
                 done.tokens_before, done.tokens_after, done.limit)
         return view
 
-    def _run_calls(self, run: _Run, calls: list[ParsedCall]) -> Iterator[Event]:
-        """Run a turn's calls; returns '' or the approval problem that stops the message."""
+    def _apply_blocks(self, run: _Run, reply: str, message: str) -> Iterator[Event]:
+        """The "whole" edit format: write the files the reply gives in full (as write_file
+        calls, so approvals, snapshots and commits apply); returns '' or an approval stop.
+        Their results are shown, not added to the history: the reply itself records the
+        change, and the next message starts from the files as they now are."""
+        calls = []
+        attached = list(dict.fromkeys(ATTACHED.findall(message)))
+        default = attached[0] if len(attached) == 1 else ""
+        for block in parse_blocks(strip_calls(reply), default):
+            verdict = judge(block, self.root)
+            if verdict == "same":
+                continue
+            if verdict:
+                yield Warning(verdict)
+                continue
+            calls.append(ParsedCall("write_file", {"path": block.path, "content": block.content}))
+        if not calls:
+            return ""
+        return (yield from self._run_calls(run, calls, record=False))
+
+    def _run_calls(self, run: _Run, calls: list[ParsedCall], record: bool = True) -> Iterator[Event]:
+        """Run a turn's calls; returns '' or the approval problem that stops the message.
+        `record`: add the results to the history for the model's next turn."""
         results, changed, stop = [], [], ""
         try:
             for k, call in enumerate(calls, 1):
@@ -233,7 +264,7 @@ class Conversation:
                 changed += result.changed
         finally:
             yield from self._commit(changed, run)
-        if not stop:
+        if not stop and record:
             self._append({"role": "user", "content": "\n".join(results)})
         return stop
 

@@ -17,9 +17,37 @@ from .callformat import CLOSE, OPEN
 MAX_AGENTS_MD = 4000
 
 
-def system_prompt(root: Path, native_tools: bool = False) -> str:
+WHOLE_FILE_TOOLS = ("edit_file", "write_file")  # not offered when files change by code block
+
+
+def tools_for(edit_format: str) -> dict:
+    """The tools the model is offered: in the "whole" edit format files change through code
+    blocks in the reply, so edit_file and write_file are left out."""
+    if edit_format != "whole":
+        return dict(TOOLS)
+    return {name: tool for name, tool in TOOLS.items() if name not in WHOLE_FILE_TOOLS}
+
+
+def system_prompt(root: Path, native_tools: bool = False, edit_format: str = "tool") -> str:
     """`native_tools`: the backend gives the model the tool schemas in the model's own tool
-    format (its chat template or a server's `tools` parameter), so they are not listed here."""
+    format (its chat template or a server's `tools` parameter), so they are not listed here.
+    `edit_format`: "tool" (edit_file / write_file calls) or "whole" (see core/wholefile.py)."""
+    if edit_format == "whole":
+        lines = _whole_file_rules(native_tools)
+    else:
+        lines = _tool_edit_rules(native_tools)
+    if not native_tools:
+        lines += ["", "Tools:"]
+        for tool in tools_for(edit_format).values():
+            schema = json.dumps(tool.schema["properties"], separators=(",", ":"))
+            lines.append(f"- {tool.name}: {tool.description} Arguments: {schema}")
+    text = agents_md(root)
+    if text:
+        lines += ["", "Project instructions (AGENTS.md):", text]
+    return "\n".join(lines)
+
+
+def _tool_edit_rules(native_tools: bool) -> list[str]:
     lines = [
         "You are spec-agent, a coding agent working inside a code repository. You act through "
         "tools: a file changes only when you call edit_file or write_file, never by showing code "
@@ -39,15 +67,36 @@ def system_prompt(root: Path, native_tools: bool = False) -> str:
         "question, find the answer with grep or read_file, then answer in one sentence that "
         "names the file.",
     ]
+    return lines
+
+
+def _whole_file_rules(native_tools: bool) -> list[str]:
+    lines = [
+        "You are spec-agent, a coding agent working inside a code repository. Paths are "
+        "relative to the repository root. Files the user names are attached to the message "
+        'between <file path="..."> and </file>.',
+        "",
+        "To change or create a file, reply with its path on one line and then the complete new "
+        "file in one code block: every line of it, the unchanged ones too. For example, to add "
+        "a docstring to f in util.py:",
+        "util.py",
+        "```python",
+        "def f(x):",
+        '    """Return x doubled."""',
+        "    return 2 * x",
+        "```",
+        "Then add one line saying what you changed. The file is saved as you write it.",
+    ]
     if not native_tools:
-        lines += ["", "Tools:"]
-        for tool in TOOLS.values():
-            schema = json.dumps(tool.schema["properties"], separators=(",", ":"))
-            lines.append(f"- {tool.name}: {tool.description} Arguments: {schema}")
-    text = agents_md(root)
-    if text:
-        lines += ["", "Project instructions (AGENTS.md):", text]
-    return "\n".join(lines)
+        lines += ["", "To read a file that is not attached, or to search, call a tool; write "
+                  "exactly one call and then stop:",
+                  OPEN + '{"name":"read_file","arguments":{"path":"src/main.py"}}' + CLOSE]
+    lines += [
+        "A tool's result comes back in the next message. For a question, find the answer "
+        "(in the attached files, or with grep or read_file), then answer in one sentence that "
+        "names the file, without a code block.",
+    ]
+    return lines
 
 
 def agents_md(root: Path) -> str:

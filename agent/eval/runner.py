@@ -131,6 +131,7 @@ def crashed(task: Task, error: BaseException) -> TaskResult:
 def local_model_factory(cfg: Config) -> ModelFactory:
     """Load the engine the Config names once; each task gets a `LocalModel` on its session."""
     from ..backends.local import LocalModel
+    from ..core.prompt import tools_for
     from ..runtime import Runtime, sampling_params
 
     loader = Runtime(cfg, Path(tempfile.gettempdir()), warn=lambda m: None)
@@ -139,7 +140,8 @@ def local_model_factory(cfg: Config) -> ModelFactory:
 
     def model_for(ctx: Any) -> Any:
         return LocalModel(session, sampling_params(cfg), cfg.max_tokens, ctx,
-                          constrain=cfg.constrained_calls, tool_choice=cfg.tool_choice)
+                          constrain=cfg.constrained_calls, tool_choice=cfg.tool_choice,
+                          tool_format=cfg.tool_format, tools=tools_for(cfg.edit_format))
 
     return model_for
 

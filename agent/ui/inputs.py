@@ -13,25 +13,22 @@ Nothing here draws or talks to the model.
 
 from __future__ import annotations
 
-import codecs
 import os
-import re
 import signal
 import subprocess
 import time
 from pathlib import Path
 
-MENTION = re.compile(r"(?<![\w@])@([\w./\-]+)")
-MAX_ATTACH_CHARS = 20_000  # per file
+from ..core.attach import (  # noqa: F401
+    MAX_ATTACH_CHARS,
+    MENTION,
+    attach_mentions,
+    attachment,
+    repo_files,
+)
+
 MAX_NOTE_CHARS = 8_000
 MAX_USER_OUTPUT = 1 << 20  # bytes of a `!command`'s output kept (the note shows less)
-
-
-def repo_files(ctx) -> list[str]:
-    """The repository's files (git's view: ignored files excluded), repo-relative."""
-    from tools.list_files import repo_files as listing
-
-    return listing(ctx)
 
 
 def fuzzy_files(query: str, files: list[str], limit: int = 20) -> list[str]:
@@ -55,52 +52,6 @@ def fuzzy_files(query: str, files: list[str], limit: int = 20) -> list[str]:
         score = (0 if q in low[name_at:] else 1 if q in low else 2, span, len(f), f)
         scored.append(score)
     return [s[-1] for s in sorted(scored)[:limit]]
-
-
-def attach_mentions(text: str, ctx) -> tuple[str, list[str]]:
-    """`text` with the contents of every `@path` that names a repository file appended;
-    returns (message, attached paths)."""
-    known = set(repo_files(ctx))
-    attached, blocks = [], []
-    for path in dict.fromkeys(m.group(1).rstrip(".,;:") for m in MENTION.finditer(text)):
-        content = _attachment(ctx.root, path) if path in known else None
-        if content is None:
-            continue
-        attached.append(path)
-        blocks.append(f'<file path="{path}">\n{content}\n</file>')
-    if not blocks:
-        return text, []
-    return text + "\n\nAttached files:\n" + "\n".join(blocks), attached
-
-
-def _attachment(root: Path, path: str) -> str | None:
-    """The text of repo file `path`, cut after MAX_ATTACH_CHARS; None when it may not or
-    cannot be attached: outside the repo or in .git (symlinks followed), not a regular file
-    (a FIFO, device or socket is never opened in a way that blocks or acts), binary or
-    unreadable. Only the first MAX_ATTACH_CHARS characters' worth of bytes are read, however
-    big the file."""
-    from tools._paths import PathError, confine
-    from tools.read_file import open_regular
-
-    limit = MAX_ATTACH_CHARS * 4  # UTF-8: at most 4 bytes a character
-    try:
-        with open_regular(confine(root, path), path) as f:
-            size = os.fstat(f.fileno()).st_size
-            data = f.read(limit + 1)
-    except (PathError, OSError):
-        return None
-    cut = len(data) > limit
-    if b"\x00" in data[:8192]:
-        return None
-    try:  # a cut may split the last character: the decoder holds it back instead of failing
-        content = codecs.getincrementaldecoder("utf-8")().decode(data[:limit], final=not cut)
-    except UnicodeDecodeError:
-        return None
-    if cut or len(content) > MAX_ATTACH_CHARS:
-        shown = content[:MAX_ATTACH_CHARS]
-        rest = size - len(shown.encode("utf-8"))
-        return shown + f"\n[... {rest} more bytes]"
-    return content
 
 
 def run_user_command(command: str, root: Path, timeout_s: float = 60.0) -> tuple[int, str]:

@@ -1,0 +1,110 @@
+"""Repository files attached to a user message.
+
+Two ways a message names files: `@path` (the interactive UIs' explicit attachment) and, when
+`attach_mentioned` is on, a plain mention of a repository path (`calc.py`, `src/app.py`, or a
+file name that only one repository file has). The files' contents follow the message in
+`<file path="...">` blocks, so the model starts from the text it is asked to change instead of
+having to read it first.
+
+Only files git lists (ignored files are not attached) are considered. A file is read under the
+same confinement and special-file rules as the read_file tool (nothing outside the repository,
+never a FIFO or device), binary files are skipped, and a big file is read only as far as is
+attached.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+MENTION = re.compile(r"(?<![\w@])@([\w./\-]+)")
+WORD = re.compile(r"[\w./\-]+")
+ATTACHED = re.compile(r'<file path="([^"\n]+)">')  # the path of each attached file
+MAX_ATTACH_CHARS = 20_000  # per file
+MAX_MENTIONED = 6  # files attached by plain mention, per message
+MAX_MENTIONED_CHARS = 40_000  # their total
+
+
+def repo_files(ctx: Any) -> list[str]:
+    """The repository's files (git's view: ignored files excluded), repo-relative."""
+    from tools.list_files import repo_files as listing
+
+    return listing(ctx)
+
+
+def attach_mentions(text: str, ctx: Any, plain: bool = False) -> tuple[str, list[str]]:
+    """`text` with the contents of every `@path` naming a repository file appended (and, with
+    `plain`, of every repository file the text names without `@`); returns (message, attached
+    paths). A file already attached to `text` is not attached again."""
+    files = repo_files(ctx)
+    known = set(files)
+    explicit = [m.group(1).rstrip(".,;:") for m in MENTION.finditer(text)]
+    wanted = [p for p in explicit if p in known]
+    if plain:
+        wanted += _named(text, files, known)[:MAX_MENTIONED]
+    attached, blocks, total = [], [], 0
+    for path in dict.fromkeys(wanted):
+        if f'<file path="{path}">' in text:
+            continue
+        content = attachment(ctx.root, path)
+        if content is None:
+            continue
+        if path not in explicit and total + len(content) > MAX_MENTIONED_CHARS:
+            continue
+        total += len(content) if path not in explicit else 0
+        attached.append(path)
+        blocks.append(f'<file path="{path}">\n{content}\n</file>')
+    if not blocks:
+        return text, []
+    return text + "\n\nAttached files:\n" + "\n".join(blocks), attached
+
+
+def _named(text: str, files: list[str], known: set[str]) -> list[str]:
+    """Repository files `text` names without `@`: a word equal to a repo path, or to the file
+    name of exactly one repo file."""
+    by_name: dict[str, list[str]] = {}
+    for f in files:
+        by_name.setdefault(f.rsplit("/", 1)[-1], []).append(f)
+    out = []
+    for m in WORD.finditer(text):
+        if m.start() and text[m.start() - 1] == "@":
+            continue
+        word = m.group(0).rstrip(".,;:").removeprefix("./")
+        if word in known:
+            out.append(word)
+        elif "/" not in word and len(by_name.get(word, ())) == 1:
+            out.append(by_name[word][0])
+    return list(dict.fromkeys(out))
+
+
+def attachment(root: Path, path: str) -> str | None:
+    """The text of repo file `path`, cut after MAX_ATTACH_CHARS; None when it may not or
+    cannot be attached: outside the repo or in .git (symlinks followed), not a regular file
+    (a FIFO, device or socket is never opened in a way that blocks or acts), binary or
+    unreadable. Only the first MAX_ATTACH_CHARS characters' worth of bytes are read, however
+    big the file."""
+    from tools._paths import PathError, confine
+    from tools.read_file import open_regular
+
+    limit = MAX_ATTACH_CHARS * 4  # UTF-8: at most 4 bytes a character
+    try:
+        with open_regular(confine(root, path), path) as f:
+            size = os.fstat(f.fileno()).st_size
+            data = f.read(limit + 1)
+    except (PathError, OSError):
+        return None
+    cut = len(data) > limit
+    if b"\x00" in data[:8192]:
+        return None
+    try:  # a cut may split the last character: the decoder holds it back instead of failing
+        content = codecs.getincrementaldecoder("utf-8")().decode(data[:limit], final=not cut)
+    except UnicodeDecodeError:
+        return None
+    if cut or len(content) > MAX_ATTACH_CHARS:
+        shown = content[:MAX_ATTACH_CHARS]
+        rest = size - len(shown.encode("utf-8"))
+        return shown + f"\n[... {rest} more bytes]"
+    return content

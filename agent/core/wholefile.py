@@ -1,0 +1,118 @@
+"""The "whole" edit format: the model changes a file by writing all of it in its reply.
+
+A reply changes a file with the file's path on its own line (plain, in backticks or bold, or
+after "File:"), or in the fence's info string, followed by the complete new text in one fenced
+code block (a reply's only unnamed code block, when the message had exactly one file attached,
+is taken for that file); a `<file path="...">...</file>` block, the form attachments arrive
+in, counts too:
+
+    calc.py
+    ```python
+    def add(a, b):
+        ...
+    ```
+
+Small models get whole-file rewrites right far more often than exact search/replace, and
+prompt lookup drafts the unchanged lines from the attached copy, so they cost little to decode.
+A block is applied as a write_file call (same approvals, snapshot, confinement and commit),
+except: a block identical to the file (a quote, not a change) and, for an existing file of at
+least `MIN_LINES` lines, a block with under half its lines (a snippet, not the whole file)
+are not applied; the latter is reported.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+FENCE = re.compile(r"^(`{3,}|~{3,})([^`\n]*)$")
+PATH = re.compile(r"^[\w\-.][\w./\-]*$")
+FILE_BLOCK = re.compile(r'<file path="([^"\n]+)">\n(.*?)\n?</file>', re.DOTALL)
+MIN_LINES = 8
+
+
+@dataclass(frozen=True)
+class FileBlock:
+    path: str
+    content: str
+
+
+def _path_in(line: str) -> str:
+    """The path a line names, or ''. Accepts `path`, **path**, path:, File: path, # path."""
+    s = line.strip().strip("*`").strip()
+    for prefix in ("File:", "file:", "Filename:", "filename:", "#"):
+        s = s.removeprefix(prefix).strip().strip("*`").strip()
+    s = s.rstrip(":").strip("*`").strip()
+    if not PATH.match(s) or s in (".", "..") or not ("." in s or "/" in s or s in _BARE_NAMES):
+        return ""
+    return s.removeprefix("./")
+
+
+_BARE_NAMES = {"Makefile", "Dockerfile", "LICENSE", "README", "Procfile", "Gemfile", "Rakefile"}
+
+
+def _info_path(info: str) -> str:
+    """A path in a fence's info string: ```python calc.py, ```calc.py or ```python:calc.py."""
+    for part in re.split(r"[\s:]+", info.strip()):
+        if ("." in part or "/" in part) and PATH.match(part):
+            return part.removeprefix("./")
+    return ""
+
+
+def parse_blocks(text: str, default: str = "") -> list[FileBlock]:
+    """Every whole-file block in a reply, in order (a later block for a path wins). A code
+    block without a path is taken for `default` (the one file attached to the message), if
+    given and if it is the reply's only code block without one."""
+    out: dict[str, str] = {}
+    for m in FILE_BLOCK.finditer(text):
+        out[m.group(1).removeprefix("./")] = m.group(2) + "\n"
+    lines = text.split("\n")
+    unnamed: list[str] = []
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i].strip())
+        if not m:
+            i += 1
+            continue
+        fence, info = m.group(1), m.group(2)
+        end = next((j for j in range(i + 1, len(lines))
+                    if lines[j].strip().startswith(fence[0] * len(fence))
+                    and not lines[j].strip().strip(fence[0])), None)
+        if end is None:  # an unclosed block (a reply cut short) is never applied
+            break
+        path = _info_path(info) or next(
+            (_path_in(lines[j]) for j in range(i - 1, max(i - 3, -1), -1) if lines[j].strip()), "")
+        body = "\n".join(lines[i + 1 : end])
+        body = body + "\n" if body else ""
+        if path:
+            out[path] = body
+        else:
+            unnamed.append(body)
+        i = end + 1
+    if default and len(unnamed) == 1 and default not in out:
+        out[default] = unnamed[0]
+    return [FileBlock(p, c) for p, c in out.items()]
+
+
+def judge(block: FileBlock, root: Path) -> str:
+    """'' to apply the block, 'same' when it equals the file, or why it is not applied."""
+    from tools._paths import PathError, confine
+
+    try:
+        target = confine(root, block.path)
+    except PathError as e:
+        return str(e)
+    if not target.is_file():
+        return "" if not target.exists() else f"{block.path} is not a regular file"
+    try:
+        old = target.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return f"{block.path} is not a text file this format can rewrite"
+    if old == block.content or old.rstrip("\n") == block.content.rstrip("\n"):
+        return "same"
+    old_lines, new_lines = old.count("\n") + 1, block.content.count("\n") + 1
+    if old_lines >= MIN_LINES and new_lines * 2 < old_lines:
+        return (f"the code block for {block.path} has {new_lines} of the file's {old_lines} "
+                "lines: not applied (write the whole file to change it)")
+    return ""

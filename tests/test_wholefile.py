@@ -1,0 +1,121 @@
+"""The "whole" edit format (a reply with a file's path and all of its new text in a code
+block) and files attached because a message names them."""
+
+from __future__ import annotations
+
+import subprocess
+
+from scripted import ScriptedModel, conversation, full_auto, git_repo  # noqa: F401
+
+from agent.config import Config
+from agent.core.wholefile import FileBlock, judge, parse_blocks
+from agent.events import AgentResult, GitAction, ToolCallFinished, Warning
+
+NEW_CALC = "def add(a, b):\n    \"\"\"Return a + b.\"\"\"\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
+
+
+def fenced(path_line: str, body: str, info: str = "python") -> str:
+    return f"{path_line}\n```{info}\n{body}```\n"
+
+
+def test_path_line_styles_and_fence_info_are_read():
+    body = "x = 1\n"
+    for line in ("calc.py", "`calc.py`", "**calc.py**", "calc.py:", "File: calc.py", "# calc.py"):
+        assert parse_blocks("Here:\n" + fenced(line, body)) == [FileBlock("calc.py", body)], line
+    assert parse_blocks("```python src/a.py\nx = 1\n```") == [FileBlock("src/a.py", body)]
+    assert parse_blocks('<file path="a.txt">\nhello\n</file>') == [FileBlock("a.txt", "hello\n")]
+
+
+def test_blocks_without_a_path_or_unclosed_are_not_files():
+    assert parse_blocks("Some prose\n```python\nx = 1\n```") == []
+    assert parse_blocks("calc.py\n```python\nx = 1\n") == []  # cut short: never applied
+    assert parse_blocks("Updated code here:\n```\nx = 1\n```") == []  # not a path
+
+
+def test_the_one_attached_file_is_the_default_for_a_single_unnamed_block():
+    one = "```python\nx = 1\n```"
+    assert parse_blocks(one, default="calc.py") == [FileBlock("calc.py", "x = 1\n")]
+    assert parse_blocks(one + "\n" + one, default="calc.py") == []  # which one? neither
+
+
+def test_judge_skips_quotes_refuses_snippets_and_paths_outside(git_repo):
+    old = (git_repo / "calc.py").read_text()
+    assert judge(FileBlock("calc.py", old), git_repo) == "same"
+    assert judge(FileBlock("calc.py", NEW_CALC), git_repo) == ""
+    assert judge(FileBlock("new_module.py", "y = 2\n"), git_repo) == ""
+    big = "".join(f"line{i} = {i}\n" for i in range(20))
+    (git_repo / "big.py").write_text(big)
+    assert "not applied" in judge(FileBlock("big.py", "line1 = 1\nline2 = 2\n"), git_repo)
+    assert judge(FileBlock("../outside.py", "z = 3\n"), git_repo) not in ("", "same")
+    assert judge(FileBlock(".git/config", "[core]\n"), git_repo) not in ("", "same")
+
+
+def test_a_whole_file_reply_is_written_and_committed(git_repo):
+    model = ScriptedModel([fenced("calc.py", NEW_CALC) + "Added a docstring to add."])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole"))
+    events = list(conv.send("Add a docstring to add in calc.py"))
+    assert (git_repo / "calc.py").read_text() == NEW_CALC
+    finished = [e for e in events if isinstance(e, ToolCallFinished)]
+    assert [(e.name, e.ok) for e in finished] == [("write_file", True)]
+    assert any(isinstance(e, GitAction) and e.action == "commit" for e in events)
+    assert events[-1].stop_reason == "answered" and not events[-1].is_error
+    # the message carried calc.py's text, because it names the file
+    assert '<file path="calc.py">\ndef add(a, b):' in model.seen[0][-1]["content"]
+    log = subprocess.run(["git", "log", "--format=%s"], cwd=git_repo, capture_output=True,
+                         text=True).stdout
+    assert "Add a docstring to add in calc.py" in log.splitlines()[0]
+
+
+def test_a_quote_a_snippet_and_the_tool_format_change_nothing(git_repo):
+    before = (git_repo / "calc.py").read_text()
+    big = "".join(f"v{i} = {i}\n" for i in range(20))
+    (git_repo / "big.py").write_text(big)
+    subprocess.run(["git", "add", "big.py"], cwd=git_repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "big"], cwd=git_repo, check=True)
+    quote = fenced("calc.py", before) + "It adds and subtracts."
+    snippet = fenced("big.py", "v1 = 1\n")
+    conv = conversation(git_repo, ScriptedModel([quote, snippet]), full_auto(edit_format="whole"))
+    first = list(conv.send("What does calc.py do?"))
+    second = list(conv.send("Show v1 in big.py"))
+    assert (git_repo / "calc.py").read_text() == before and (git_repo / "big.py").read_text() == big
+    assert not any(isinstance(e, ToolCallFinished) for e in first + second)
+    assert any(isinstance(e, Warning) and "not applied" in e.message for e in second)
+    # with the tool edit format a code block in a reply is only text
+    conv = conversation(git_repo, ScriptedModel([fenced("calc.py", NEW_CALC)]),
+                        full_auto(edit_format="tool"))
+    list(conv.send("Add a docstring to add in calc.py"))
+    assert (git_repo / "calc.py").read_text() == before
+
+
+def test_mentioned_files_are_attached_once_and_only_repo_files(git_repo):
+    model = ScriptedModel(["ok", "ok", "ok"])
+    conv = conversation(git_repo, model, full_auto())
+    list(conv.send("Look at calc.py and missing.py, then calc.py again"))
+    msg = model.seen[0][-1]["content"]
+    assert msg.count('<file path="calc.py">') == 1 and "missing.py" not in msg.split("Attached")[1]
+    (git_repo / ".gitignore").write_text("secret.env\n")
+    (git_repo / "secret.env").write_text("TOKEN=1\n")
+    list(conv.send("what is in secret.env?"))
+    assert "TOKEN=1" not in model.seen[1][-1]["content"]  # ignored files are never attached
+    conv = conversation(git_repo, ScriptedModel(["ok"]), full_auto(attach_mentioned=False))
+    list(conv.send("Look at calc.py"))
+    assert "<file" not in conv.messages[-2]["content"]
+
+
+def test_the_prompt_offers_edit_tools_only_in_the_tool_format(git_repo):
+    from agent.core.prompt import system_prompt, tools_for
+
+    assert "edit_file" not in tools_for("whole") and "read_file" in tools_for("whole")
+    assert "edit_file" in tools_for("tool")
+    whole = system_prompt(git_repo, edit_format="whole")
+    assert "complete new file" in whole and "- edit_file:" not in whole
+    assert "- edit_file:" in system_prompt(git_repo, edit_format="tool")
+
+
+def test_an_approval_stop_in_suggest_mode_writes_nothing(git_repo):
+    before = (git_repo / "calc.py").read_text()
+    model = ScriptedModel([fenced("calc.py", NEW_CALC)])
+    conv = conversation(git_repo, model, Config(approval_mode="suggest", edit_format="whole"))
+    events = list(conv.send("Add a docstring to add in calc.py"))
+    assert isinstance(events[-1], AgentResult) and events[-1].stop_reason == "approval_required"
+    assert (git_repo / "calc.py").read_text() == before
