@@ -29,6 +29,9 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float)
     g.add_argument("--top-k", type=int)
     g.add_argument("--min-p", type=float)
+    g.add_argument("--repetition-penalty", type=float, metavar="P",
+                   help="> 1 makes tokens among the last 64 less likely (1 = off); the target "
+                   "and the draft model apply it alike, so speculation stays exact")
     g.add_argument("--max-tokens", type=int, help="per model turn")
     g.add_argument("--device", choices=["auto", "cpu", "gpu"])
     g.add_argument("--blas", choices=["auto", "off"],
@@ -153,7 +156,7 @@ def _flags(args: argparse.Namespace) -> dict:
             "top_p", "top_k", "min_p", "max_tokens", "device", "blas", "max_turns",
             "approval_mode", "auto_commit", "constrained_calls", "tool_choice", "dirty_files",
             "shell_timeout_s", "sandbox", "allow_network", "engine", "base_url", "tool_format",
-            "edit_format", "attach_mentioned")
+            "edit_format", "attach_mentioned", "repetition_penalty")
     out = {k: getattr(args, k, None) for k in keys}
     if getattr(args, "yes", False):
         out["approval_mode"] = "full-auto"

@@ -37,6 +37,7 @@ class Config:
     top_p: float = 1.0
     top_k: int = 0
     min_p: float = 0.0
+    repetition_penalty: float = 1.0  # 1 = off; > 1 makes tokens of the last 64 less likely
     max_tokens: int = 1024
     max_turns: int = 10
     approval_mode: str = "suggest"  # suggest | auto-edit | full-auto
@@ -98,6 +99,7 @@ _RANGES = {
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
     "top_k": (lambda v: v >= 0, ">= 0 (0 = off)"),
     "min_p": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "repetition_penalty": (lambda v: 0 < v <= 10, "in (0, 10] (1 = off)"),
     "prefix_cache_mb": (lambda v: v >= 0, ">= 0 (0 = off)"),
     "disk_cache_mb": (lambda v: v >= 0, ">= 0 (0 = off)"),
     "kv_bits": (lambda v: v in (0, 4, 8), "0 (full precision), 4 or 8"),

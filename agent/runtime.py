@@ -25,7 +25,8 @@ from .git import GitGuard
 def sampling_params(cfg: Config):
     from .engine.sampling import SamplingParams
 
-    return SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.min_p)
+    return SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.min_p,
+                          repetition_penalty=cfg.repetition_penalty)
 
 
 def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None] | None = None):
@@ -84,7 +85,8 @@ def open_openai(cfg: Config, tools: Any = None):
 # Settings a UI may change between messages, and what changing them needs.
 LIVE_KEYS = {"model": "reload", "draft_model": "reload", "num_draft_tokens": "speculator",
              "speculation": "speculator", "drafter": "speculator", "approval_mode": "conversation",
-             "temperature": "sampling", "max_tokens": "sampling"}
+             "temperature": "sampling", "max_tokens": "sampling",
+             "repetition_penalty": "sampling"}
 
 
 class Runtime:

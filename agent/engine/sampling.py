@@ -4,11 +4,19 @@
 then top-k, min-p and top-p filters, renormalized. Plain decoding samples from it and the exact
 speculative acceptance rule compares target and draft through it, so speculative sampling
 reproduces plain sampling exactly, filters included.
+
+An optional repetition penalty (`penalize`) comes before all of that: the logits of tokens among
+the last `repetition_window` tokens before a position are divided by the penalty (multiplied when
+negative). It depends only on the tokens before each position, so plain decoding, the target's
+verify pass (each row sees the history plus the drafts before it) and the draft model all apply
+the same function: greedy speculation still equals plain greedy decoding, and sampling follows
+the penalized distribution.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 import mlx.core as mx
 
@@ -19,6 +27,12 @@ class SamplingParams:
     top_p: float = 1.0
     top_k: int = 0
     min_p: float = 0.0
+    repetition_penalty: float = 1.0  # 1 = off
+    repetition_window: int = 64  # tokens before a position that the penalty looks at
+
+    @property
+    def penalized(self) -> bool:
+        return self.repetition_penalty != 1.0
 
     @property
     def greedy(self) -> bool:
@@ -33,6 +47,8 @@ class SamplingParams:
             raise ValueError("top_k must be >= 0")
         if not 0.0 <= self.min_p < 1.0:
             raise ValueError("min_p must be in [0, 1)")
+        if self.repetition_penalty <= 0:
+            raise ValueError("repetition_penalty must be > 0")
         return self
 
 
@@ -61,6 +77,28 @@ def log_probs(logits: mx.array, p: SamplingParams) -> mx.array:
     if p.min_p > 0 or p.top_p < 1.0:
         lp = lp - mx.logsumexp(lp, axis=-1, keepdims=True)
     return lp
+
+
+def penalize(logits: mx.array, history: Sequence[int], draft: Sequence[int],
+             p: SamplingParams) -> mx.array:
+    """(n, V) logits with the repetition penalty applied: row i is the position after
+    `history` + `draft[:i]`, and its penalized tokens are the last `repetition_window` of those.
+    Ids beyond the logits' width are ignored."""
+    if not p.penalized:
+        return logits
+    width, rows = logits.shape[-1], []
+    seq = list(history[-p.repetition_window:]) if p.repetition_window > 0 else []
+    for i in range(logits.shape[0]):
+        recent = (seq + list(draft[:i]))[-p.repetition_window:] if p.repetition_window > 0 else []
+        ids = sorted({t for t in recent if 0 <= t < width})
+        row = logits[i]
+        if ids:
+            idx = mx.array(ids, dtype=mx.int32)
+            vals = row[idx]
+            vals = mx.where(vals < 0, vals * p.repetition_penalty, vals / p.repetition_penalty)
+            row = mx.put_along_axis(row, idx, vals.astype(row.dtype), axis=-1)
+        rows.append(row)
+    return mx.stack(rows)
 
 
 def apply_mask(logits: mx.array, mask: mx.array | None) -> mx.array:

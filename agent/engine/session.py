@@ -372,7 +372,8 @@ class Session:
         if self.speculator is not None and self.speculator.policy.mode != "off":
             yield from self.speculator.decode(self, pending, params, constraint, cancel)
             return
-        gen = plain_decode(self.target.model, self.tcache.cache, pending, params, constraint)
+        gen = plain_decode(self.target.model, self.tcache.cache, pending, params, constraint,
+                           self.tokens)
         try:
             for tok in gen:
                 yield [tok], ["target"]

@@ -15,14 +15,14 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import mlx.core as mx
 
 from ..cancel import CancelToken
 from ..events import SpeculationChanged
 from .drafters import Draft, Drafter
-from .sampling import SamplingParams, apply_mask, log_probs
+from .sampling import SamplingParams, apply_mask, log_probs, penalize
 from .step import TokenConstraint, forward, plain_decode
 
 
@@ -57,9 +57,11 @@ def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams) -> t
 
 def verify_round(
     model, cache: list, pending: int, draft: Draft, params: SamplingParams,
-    constraint: TokenConstraint | None = None,
+    constraint: TokenConstraint | None = None, history: Sequence[int] = (),
 ) -> tuple[list[int], int]:
     """Feed [pending, d1..dK] in one pass; return (emitted tokens, drafts accepted).
+    `history`: the tokens so far, ending with `pending` (for a repetition penalty: row i is
+    penalized for history + d1..di, as plain decoding would have been).
 
     Afterwards the cache holds pending + the accepted drafts; the last emitted token (the
     target's own) is the new pending token.
@@ -68,6 +70,8 @@ def verify_round(
 
     k = len(draft.tokens)
     logits = forward(model, [pending, *draft.tokens], cache)
+    if params.penalized:
+        logits = penalize(logits, history or [pending], draft.tokens, params)
     if constraint is not None:
         logits = apply_mask(logits, constraint.masks(draft.tokens))
     if params.greedy:
@@ -243,7 +247,8 @@ class Speculator:
         stays out of it, as the speculative rounds expect."""
         from mlx_lm.models.cache import trim_prompt_cache
 
-        gen = plain_decode(session.target.model, session.tcache.cache, pending, params, constraint)
+        gen = plain_decode(session.target.model, session.tcache.cache, pending, params, constraint,
+                           session.tokens)
         made = 0
         try:
             for tok in gen:
@@ -283,7 +288,7 @@ class Speculator:
             draft = self.drafter.propose(session.tokens, k, params, constraint)
         t1 = time.perf_counter()
         emitted, n = verify_round(session.target.model, session.tcache.cache, pending, draft,
-                                  params, constraint)
+                                  params, constraint, session.tokens)
         if constraint is not None:
             constraint.consume(emitted)
         t2 = time.perf_counter()

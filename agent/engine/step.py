@@ -12,7 +12,7 @@ from typing import Callable, Iterator, Protocol, Sequence
 import mlx.core as mx
 import mlx.nn as nn
 
-from .sampling import SamplingParams, apply_mask, sample
+from .sampling import SamplingParams, apply_mask, penalize, sample
 
 
 class TokenConstraint(Protocol):
@@ -43,9 +43,12 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def plain_step(model: nn.Module, cache: list, pending: int, params: SamplingParams,
-               constraint: TokenConstraint | None = None) -> int:
-    """Feed `pending`, sample the next token (under the constraint's mask), and return it."""
+               constraint: TokenConstraint | None = None, history: Sequence[int] = ()) -> int:
+    """Feed `pending`, sample the next token (under the constraint's mask), and return it.
+    `history`: the tokens so far, ending with `pending` (for a repetition penalty)."""
     logits = forward(model, [pending], cache)
+    if params.penalized:
+        logits = penalize(logits, history or [pending], [], params)
     if constraint is not None:
         logits = apply_mask(logits, constraint.masks([]))
     tok = int(sample(logits, params).item())
@@ -94,16 +97,23 @@ def plain_decode(
     pending: int,
     params: SamplingParams,
     constraint: TokenConstraint | None = None,
+    history: Sequence[int] = (),
 ) -> Iterator[int]:
-    """Endless plain decoding: feed `pending`, yield the sampled token, repeat.
+    """Endless plain decoding: feed `pending`, yield the sampled token, repeat. `history`:
+    the tokens so far, ending with `pending` (read at the start, for a repetition penalty).
 
-    Without a constraint the next step's graph is queued before the current token is read
-    (`async_eval`), overlapping Python work with compute; so when the caller stops, the cache
-    may already hold the last yielded token. Callers track the cache by its offset.
+    Without a constraint or a penalty the next step's graph is queued before the current
+    token is read (`async_eval`), overlapping Python work with compute; so when the caller
+    stops, the cache may already hold the last yielded token. Callers track the cache by its
+    offset.
     """
-    if constraint is not None:
+    if constraint is not None or params.penalized:
+        seen = list(history[-max(params.repetition_window, 1):]) if history else [pending]
         while True:
-            pending = plain_step(model, cache, pending, params, constraint)
+            pending = plain_step(model, cache, pending, params, constraint, seen)
+            seen.append(pending)
+            if len(seen) > 4 * max(params.repetition_window, 16):
+                del seen[: -max(params.repetition_window, 1)]
             yield pending
     nxt = sample(forward(model, [pending], cache), params)
     mx.async_eval(nxt)
