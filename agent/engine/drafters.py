@@ -16,6 +16,7 @@ from typing import Protocol, Sequence
 
 import mlx.core as mx
 
+from .draft_head import RestrictedHead
 from .loading import LoadedModel
 from .sampling import SamplingParams, apply_mask, log_probs
 from .step import TokenConstraint, common_prefix, forward, prefill
@@ -44,7 +45,8 @@ class DraftModel:
 
     name = "model"
 
-    def __init__(self, lm: LoadedModel, min_confidence: float = 0.0, vocab_limit: int = 0):
+    def __init__(self, lm: LoadedModel, min_confidence: float = 0.0, vocab_limit: int = 0,
+                 draft_vocab: int = 0):
         from .session import ModelCache
 
         self.lm = lm
@@ -55,17 +57,23 @@ class DraftModel:
         self.min_confidence = min_confidence
         # Propose only ids the target has (the target's embedding may be narrower).
         self.vocab_limit = vocab_limit or lm.vocab_size
+        # draft_vocab > 0: logits only for the first draft_vocab ids plus ids seen in the
+        # history (None: the full head, or a model class the restricted head does not fit).
+        self.head = RestrictedHead.build(lm.model, draft_vocab, self.vocab_limit,
+                                         use_numpy=lm.device == "cpu")
+        self.scanned = 0  # history[:scanned] has had its ids added to the head
 
     def rewind_to(self, n: int) -> None:
         # min with len(fed): a round interrupted inside `propose` fed the cache beyond `fed`.
         self.cache.rewind_to(min(n, len(self.fed)))
         del self.fed[self.cache.offset :]
+        self.scanned = min(self.scanned, n)
 
     def adopt(self, cache: list, tokens: Sequence[int]) -> None:
         """Continue from `cache`, the KV of `tokens` (e.g. from a PrefixStore), if it fits."""
         if self.cache.adopt(cache, len(tokens)):
             self.fed = list(tokens)
-            self.synced = 0  # checked against the history in full at the next round
+            self.synced = self.scanned = 0  # checked against the history at the next round
 
     def _sync(self, history: Sequence[int]) -> list[int]:
         """Rewind to the common prefix with `history`; return the tokens still to feed.
@@ -98,9 +106,39 @@ class DraftModel:
             todo = todo[-1:]
         return todo
 
+    def _step(self, inp: mx.array, toks: list[mx.array], params: SamplingParams,
+              constraint: TokenConstraint | None) -> tuple[mx.array, mx.array] | None:
+        """Queue one draft step: (token, log-probs it was drawn from), over the restricted
+        head's ids when there is one; None when the constraint allows none of those ids."""
+        width, head, mask = self.vocab_limit, self.head, None
+        if constraint is not None:  # checked before feeding, so the cache matches `fed`
+            mask = _fit_width(constraint.masks([int(t.item()) for t in toks])[-1:], width)
+            if head is not None:
+                mask = head.columns(mask)
+                if not mx.any(mask).item():
+                    return None
+        if head is None:
+            logits = forward(self.lm.model, inp, self.cache.cache)[-1:, :width]
+        else:
+            hidden = self.lm.model.model(inp[None], cache=self.cache.cache)[0, -1:]
+            logits = head.logits(hidden)
+        logits = apply_mask(logits, mask)
+        if params.greedy:
+            lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+            tok = mx.argmax(lp, axis=-1)
+        else:
+            lp = log_probs(logits, params)
+            tok = mx.random.categorical(lp, axis=-1)
+        if head is not None:
+            tok = head.real_ids(tok)
+        mx.async_eval(tok, lp)
+        return tok, lp
+
     def propose(self, history, k, params, constraint=None) -> Draft:
         todo = self.prepare(history)
-        width = self.vocab_limit
+        if self.head is not None:  # every id of the history so far can be proposed
+            self.head.add(history[min(self.scanned, len(history)) :])
+            self.scanned = len(history)
         # Steps are queued with async_eval and fed to each other as lazy arrays: Python never
         # waits on a draft step, except to read the previous step's confidence (one behind,
         # so the current step computes meanwhile) or the token values a constraint needs.
@@ -109,32 +147,29 @@ class DraftModel:
         keep = k
         inp: mx.array = mx.array(todo, dtype=mx.uint32)
         for i in range(k):
-            logits = forward(self.lm.model, inp, self.cache.cache)[-1:, :width]
-            if constraint is not None:
-                mask = constraint.masks([int(t.item()) for t in toks])[-1:]
-                logits = apply_mask(logits, _fit_width(mask, width))
-            if params.greedy:
-                lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-                tok = mx.argmax(lp, axis=-1)
-            else:
-                lp = log_probs(logits, params)
-                tok = mx.random.categorical(lp, axis=-1)
-            mx.async_eval(tok, lp)
-            toks.append(tok)
-            lps.append(lp)
+            step = self._step(inp, toks, params, constraint)
+            if step is None:  # nothing the grammar allows is in the restricted head
+                keep = i
+                break
+            toks.append(step[0])
+            lps.append(step[1])
             # Stop early where the draft itself is unsure: such tokens are rarely accepted.
             if self._unsure(lps, i - 1):
                 keep = i - 1
                 break
-            inp = tok
+            inp = step[0]
         else:
             if self._unsure(lps, k - 1):
                 keep = k - 1
-        values = mx.concatenate(toks).tolist()
+        values = mx.concatenate(toks).tolist() if toks else []
         # Step i fed the token before it: history's last token, then values[:-1].
-        self.fed.extend(todo + values[: len(toks) - 1])
+        self.fed.extend((todo + values)[: len(toks)])
         self.synced = len(history)  # fed = history, then this round's drafts
-        logq = mx.concatenate(lps[:keep], axis=0) if not params.greedy and keep else None
+        logq = None
+        if not params.greedy and keep:
+            logq = mx.concatenate(lps[:keep], axis=0)
+            if self.head is not None:  # q = 0 outside the head's ids, at the target's width
+                logq = self.head.widen(logq)
         return Draft(values[:keep], logq, self.name)
 
 
