@@ -130,10 +130,11 @@ def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int]
                   fixed_k: int = 0) -> dict:
     from ..config import Config
 
-    conf, vocab = Config().draft_confidence, min(target.vocab_size, draft.vocab_size)
+    cfg, vocab = Config(), min(target.vocab_size, draft.vocab_size)
+    conf, head = cfg.draft_confidence, cfg.draft_vocab  # the defaults `spec-agent` runs with
     policy = SpecPolicy(mode="on", fixed_k=fixed_k)
-    ours = Speculator(DraftModel(draft, conf, vocab), policy)  # K adapts across workloads
-    combined = Speculator(Combined(DraftModel(draft, conf, vocab), PromptLookup()), policy)
+    ours = Speculator(DraftModel(draft, conf, vocab, head), policy)  # K adapts across workloads
+    combined = Speculator(Combined(DraftModel(draft, conf, vocab, head), PromptLookup()), policy)
     lookup = Speculator(PromptLookup(), SpecPolicy(mode="on"))
     pstore = PrefixStore(None, memory_mb=4096, disk_mb=0)
     rows = []
