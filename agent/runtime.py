@@ -65,6 +65,16 @@ def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None]
     return Speculator(drafter, policy)
 
 
+def tool_format(cfg: Config) -> str:
+    """The tool format in effect: "auto" means the model's own format, except for the local
+    engine with whole-file edits, where it means text (measured with Qwen2.5-Coder-0.5B on the
+    eval's tune tasks: its template's JSON schemas led it to answer with schema-like JSON
+    instead of code). Servers keep their native `tools` parameter."""
+    if cfg.tool_format == "auto" and cfg.edit_format == "whole" and cfg.engine == "local":
+        return "text"
+    return cfg.tool_format
+
+
 def open_openai(cfg: Config, tools: Any = None):
     """The OpenAI-compatible backend for `cfg` (no request is made until the first turn)."""
     from .backends.openai import ApiOptions, OpenAIBackend, api_key_from_env
@@ -72,7 +82,7 @@ def open_openai(cfg: Config, tools: Any = None):
     if not cfg.base_url:
         raise ConfigError("engine 'openai' needs a server: --base-url URL (e.g. http://127.0.0.1:8080/v1)")
     opts = ApiOptions(cfg.base_url, cfg.model, api_key_from_env(), cfg.connect_timeout_s,
-                      cfg.read_timeout_s, cfg.max_retries, native_tools=cfg.tool_format != "text",
+                      cfg.read_timeout_s, cfg.max_retries, native_tools=tool_format(cfg) != "text",
                       temperature=cfg.temperature, top_p=cfg.top_p, max_tokens=cfg.max_tokens,
                       tool_choice=cfg.tool_choice)
     if tools is None:
@@ -143,7 +153,7 @@ class Runtime:
                                store=self.store, kv_bits=cfg.kv_bits)
         self.model = LocalModel(self.session, sampling_params(cfg), cfg.max_tokens, self.ctx,
                                 constrain=cfg.constrained_calls, tool_choice=cfg.tool_choice,
-                                tool_format=cfg.tool_format, tools=tools_for(cfg.edit_format))
+                                tool_format=tool_format(cfg), tools=tools_for(cfg.edit_format))
         if cfg.tool_format == "native" and not self.model.native_tools:
             self.warn(f"{target.name}'s chat template has no tool-call format; tools are "
                       "described in the system prompt instead")

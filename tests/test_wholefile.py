@@ -119,3 +119,21 @@ def test_an_approval_stop_in_suggest_mode_writes_nothing(git_repo):
     events = list(conv.send("Add a docstring to add in calc.py"))
     assert isinstance(events[-1], AgentResult) and events[-1].stop_reason == "approval_required"
     assert (git_repo / "calc.py").read_text() == before
+
+
+def test_an_unnamed_block_in_another_language_is_not_the_attached_file():
+    assert parse_blocks('```json\n{"name": "mean"}\n```', default="stats.py") == []
+    assert parse_blocks("```python\nx = 1\n```", default="stats.py") == [FileBlock("stats.py", "x = 1\n")]
+    assert parse_blocks("```\nx = 1\n```", default="stats.py") == [FileBlock("stats.py", "x = 1\n")]
+
+
+def test_the_first_message_lists_the_repository_files(git_repo):
+    model = ScriptedModel(["ok", "ok"])
+    conv = conversation(git_repo, model, full_auto())
+    list(conv.send("Write a test for calc.py"))
+    list(conv.send("thanks"))
+    first = model.seen[0][-1]["content"]
+    head, _, attached = first.partition("Attached files:")
+    assert "Files in the repository:" in head and "calc.py" in head.split("Files in")[1]
+    assert '<file path="calc.py">' in attached
+    assert "Files in the repository" not in model.seen[1][-1]["content"]

@@ -1,5 +1,8 @@
 """Repository files attached to a user message.
 
+The first message of a conversation also gets a line listing the repository's files (when
+`attach_mentioned` is on), so the model knows what exists without a tool call.
+
 Two ways a message names files: `@path` (the interactive UIs' explicit attachment) and, when
 `attach_mentioned` is on, a plain mention of a repository path (`calc.py`, `src/app.py`, or a
 file name that only one repository file has). The files' contents follow the message in
@@ -26,6 +29,7 @@ ATTACHED = re.compile(r'<file path="([^"\n]+)">')  # the path of each attached f
 MAX_ATTACH_CHARS = 20_000  # per file
 MAX_MENTIONED = 6  # files attached by plain mention, per message
 MAX_MENTIONED_CHARS = 40_000  # their total
+MAX_LISTED = 60  # files named in a conversation's first message
 
 
 def repo_files(ctx: Any) -> list[str]:
@@ -35,10 +39,12 @@ def repo_files(ctx: Any) -> list[str]:
     return listing(ctx)
 
 
-def attach_mentions(text: str, ctx: Any, plain: bool = False) -> tuple[str, list[str]]:
+def attach_mentions(text: str, ctx: Any, plain: bool = False,
+                    preface: str = "") -> tuple[str, list[str]]:
     """`text` with the contents of every `@path` naming a repository file appended (and, with
     `plain`, of every repository file the text names without `@`); returns (message, attached
-    paths). A file already attached to `text` is not attached again."""
+    paths). A file already attached to `text` is not attached again. `preface` (e.g. a file
+    listing) goes between the text and the attachments."""
     files = repo_files(ctx)
     known = set(files)
     explicit = [m.group(1).rstrip(".,;:") for m in MENTION.finditer(text)]
@@ -57,9 +63,21 @@ def attach_mentions(text: str, ctx: Any, plain: bool = False) -> tuple[str, list
         total += len(content) if path not in explicit else 0
         attached.append(path)
         blocks.append(f'<file path="{path}">\n{content}\n</file>')
+    text = f"{text}\n\n{preface}" if preface else text
     if not blocks:
         return text, []
     return text + "\n\nAttached files:\n" + "\n".join(blocks), attached
+
+
+def file_listing(ctx: Any, limit: int = MAX_LISTED) -> str:
+    """One line naming the repository's files (git's view), at most `limit` of them, for the
+    first message of a conversation: a small model then knows which files exist."""
+    files = repo_files(ctx)
+    if not files:
+        return ""
+    shown = ", ".join(files[:limit])
+    more = f" (and {len(files) - limit} more)" if len(files) > limit else ""
+    return f"Files in the repository: {shown}{more}."
 
 
 def _named(text: str, files: list[str], known: set[str]) -> list[str]:

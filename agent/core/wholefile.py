@@ -60,6 +60,25 @@ def _info_path(info: str) -> str:
     return ""
 
 
+# A fence's language, by the file extensions it can stand for: an unnamed ```json block is not
+# taken for a .py file.
+LANGUAGES = {
+    "python": (".py", ".pyi"), "py": (".py", ".pyi"), "json": (".json",), "toml": (".toml",),
+    "yaml": (".yaml", ".yml"), "yml": (".yaml", ".yml"), "javascript": (".js", ".mjs", ".cjs"),
+    "js": (".js", ".mjs", ".cjs"), "typescript": (".ts", ".tsx"), "ts": (".ts", ".tsx"),
+    "go": (".go",), "rust": (".rs",), "c": (".c", ".h"), "cpp": (".cc", ".cpp", ".hpp", ".h"),
+    "java": (".java",), "ruby": (".rb",), "sh": (".sh",), "bash": (".sh",),
+    "html": (".html", ".htm"), "css": (".css",), "markdown": (".md",), "md": (".md",),
+    "makefile": ("Makefile",), "make": ("Makefile",),
+}
+
+
+def _fits(language: str, path: str) -> bool:
+    """May a block fenced with `language` be the file `path`? (Unknown or no language: yes.)"""
+    exts = LANGUAGES.get(language)
+    return exts is None or any(path.endswith(e) for e in exts)
+
+
 def parse_blocks(text: str, default: str = "") -> list[FileBlock]:
     """Every whole-file block in a reply, in order (a later block for a path wins). A code
     block without a path is taken for `default` (the one file attached to the message), if
@@ -88,10 +107,10 @@ def parse_blocks(text: str, default: str = "") -> list[FileBlock]:
         if path:
             out[path] = body
         else:
-            unnamed.append(body)
+            unnamed.append((info.strip().split(" ")[0].lower(), body))
         i = end + 1
-    if default and len(unnamed) == 1 and default not in out:
-        out[default] = unnamed[0]
+    if default and len(unnamed) == 1 and default not in out and _fits(unnamed[0][0], default):
+        out[default] = unnamed[0][1]
     return [FileBlock(p, c) for p, c in out.items()]
 
 

@@ -132,7 +132,7 @@ def local_model_factory(cfg: Config) -> ModelFactory:
     """Load the engine the Config names once; each task gets a `LocalModel` on its session."""
     from ..backends.local import LocalModel
     from ..core.prompt import tools_for
-    from ..runtime import Runtime, sampling_params
+    from ..runtime import Runtime, sampling_params, tool_format
 
     loader = Runtime(cfg, Path(tempfile.gettempdir()), warn=lambda m: None)
     loader.load()
@@ -141,7 +141,7 @@ def local_model_factory(cfg: Config) -> ModelFactory:
     def model_for(ctx: Any) -> Any:
         return LocalModel(session, sampling_params(cfg), cfg.max_tokens, ctx,
                           constrain=cfg.constrained_calls, tool_choice=cfg.tool_choice,
-                          tool_format=cfg.tool_format, tools=tools_for(cfg.edit_format))
+                          tool_format=tool_format(cfg), tools=tools_for(cfg.edit_format))
 
     return model_for
 
