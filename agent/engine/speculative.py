@@ -22,7 +22,7 @@ import mlx.core as mx
 from ..cancel import CancelToken
 from ..events import SpeculationChanged
 from .drafters import Draft, Drafter
-from .sampling import SamplingParams, apply_mask, log_probs, penalize
+from .sampling import SamplingParams, apply_mask, log_probs, penalize, sample
 from .step import TokenConstraint, forward, plain_decode
 
 
@@ -136,6 +136,8 @@ class Speculator:
         self.plain_left = 0  # plain tokens to go before re-probing
         self.backoff = self.policy.backoff_tokens
         self.rounds_since_check = 0
+        self.probe_plain = 0  # plain tokens left in a speed probe
+        self.plain_fresh = False  # plain speed measured (on misses) since the last check
         self.check_every = self.policy.probe_rounds  # doubles while speculation keeps winning
         self.call = _CallStats()
         self.off_reason = ""  # why auto switched drafting off, while it is off
@@ -201,33 +203,31 @@ class Speculator:
         is set (checked before every round, so a cancel never splits a round)."""
         self.call = _CallStats()
         cancel = cancel or CancelToken()
-        probe_plain = 0
+        self.probe_plain = 0
+        draft: Draft | None = None  # proposed at the end of a run of plain tokens
         while not cancel.cancelled:
-            if probe_plain or not self.enabled:
-                # Timed like a round: from its start until the consumer asks for more.
-                t0, made = time.perf_counter(), 0
-                for tok in self._plain(session, pending, params, constraint,
-                                       probe_plain or self.plain_left, cancel):
+            if self.probe_plain or not self.enabled:
+                draft = None
+                pending = yield from self._plain_phase(session, pending, params, constraint,
+                                                       cancel)
+                continue
+            t0 = time.perf_counter()
+            if draft is None:
+                draft = self._propose(session, session.tokens, params, constraint)
+            if not draft.tokens and self._miss_runs_plain(params, constraint):
+                # No draft: plain tokens on the pipelined path until the drafter has one.
+                found: list[Draft] = []
+                made = 0
+                for tok in self._plain_until_draft(session, pending, params, cancel, found):
                     made += 1
                     yield [tok], ["target"]
                     pending = tok
-                if made:
-                    self.plain_tps.add(made / max(time.perf_counter() - t0, 1e-9))
-                if probe_plain:
-                    probe_plain = 0
-                    reason = self._check_speed()
-                    if reason:
-                        yield from self._switch_off(reason)
-                elif made:
-                    self.plain_left -= made
-                    if self.plain_left <= 0:
-                        self.enabled = True
-                        self.off_reason = ""
-                        self.rounds_since_check = 0
-                        yield SpeculationChanged(True, self.k_for("model"), "re-probing")
+                self.plain_tps.add(made / max(time.perf_counter() - t0, 1e-9))
+                self.plain_fresh = True
+                draft = found[0] if found else None
                 continue
-            t0 = time.perf_counter()
-            emitted, n, source = self._round(session, pending, params, constraint)
+            emitted, n, source = self._verify(session, pending, draft, params, constraint)
+            draft = None
             yield emitted, [source] * n + ["target"] * (len(emitted) - n)
             # Every cost of a round counts: the drafter's catch-up, drafting, verifying, and
             # the consumer's handling of its tokens (plain tokens are timed the same way).
@@ -236,7 +236,72 @@ class Speculator:
             self.rounds_since_check += 1
             if self.policy.mode == "auto" and self.rounds_since_check >= self.check_every:
                 self.rounds_since_check = 0
-                probe_plain = self.policy.plain_probe
+                if self.plain_fresh:  # plain speed was measured on misses since the last check
+                    self.plain_fresh = False
+                    reason = self._check_speed()
+                    if reason:
+                        yield from self._switch_off(reason)
+                else:
+                    self.probe_plain = self.policy.plain_probe
+
+    def _plain_phase(self, session, pending: int, params: SamplingParams,
+                     constraint: TokenConstraint | None, cancel: CancelToken):
+        """Plain tokens for a speed probe or while speculation is off; returns the pending
+        token. Timed like a round: from its start until the consumer asks for more."""
+        t0, made = time.perf_counter(), 0
+        for tok in self._plain(session, pending, params, constraint,
+                               self.probe_plain or self.plain_left, cancel):
+            made += 1
+            yield [tok], ["target"]
+            pending = tok
+        if made:
+            self.plain_tps.add(made / max(time.perf_counter() - t0, 1e-9))
+        if self.probe_plain:
+            self.probe_plain = 0
+            reason = self._check_speed()
+            if reason:
+                yield from self._switch_off(reason)
+        elif made:
+            self.plain_left -= made
+            if self.plain_left <= 0:
+                self.enabled = True
+                self.off_reason = ""
+                self.rounds_since_check = 0
+                yield SpeculationChanged(True, self.k_for("model"), "re-probing")
+        return pending
+
+    def _miss_runs_plain(self, params: SamplingParams, constraint: TokenConstraint | None) -> bool:
+        """After a miss, decode plain tokens until a draft appears? For lookup only (a
+        proposal costs no model call) and where plain decoding is pipelined."""
+        return self.drafter.name == "lookup" and constraint is None and not params.penalized
+
+    def _plain_until_draft(self, session, pending: int, params: SamplingParams,
+                           cancel: CancelToken, found: list) -> Iterator[int]:
+        """Plain tokens after a miss until the drafter proposes again (the draft goes into
+        `found`; the last token yielded is then the pending one, outside the target's cache)
+        or `cancel` is set. The drafter is asked about each token as soon as it is read; when
+        it has nothing, the next step is queued before the token is yielded, so the consumer's
+        work overlaps the model's, as in `step.plain_decode`."""
+        from mlx_lm.models.cache import trim_prompt_cache
+
+        model, cache = session.target.model, session.tcache.cache
+        nxt = sample(forward(model, [pending], cache), params)
+        mx.async_eval(nxt)
+        try:
+            while True:
+                tok = int(nxt.item())
+                draft = self._propose(session, [*session.tokens, tok], params, None)
+                if draft.tokens or cancel.cancelled:
+                    found.append(draft)
+                    yield tok
+                    return
+                nxt = sample(forward(model, [tok], cache), params)
+                mx.async_eval(nxt)
+                yield tok
+        finally:
+            extra = session.tcache.offset - (len(session.tokens) - 1)
+            if extra > 0:  # closed after a queued step: the pending token leaves the cache
+                trim_prompt_cache(cache, extra)
 
     @staticmethod
     def _plain(session, pending: int, params: SamplingParams,
@@ -269,15 +334,13 @@ class Speculator:
         self.backoff = min(self.backoff * 2, 1024)
         yield SpeculationChanged(False, 0, reason)
 
-    def _round(self, session, pending: int, params, constraint) -> tuple[list[int], int, str]:
-        """One round; returns (emitted tokens, accepted drafts, where the drafts came from:
-        "draft" for a draft model, "lookup", or "forced" for grammar-determined tokens)."""
+    def _propose(self, session, history, params: SamplingParams,
+                 constraint: TokenConstraint | None) -> Draft:
+        """The next round's draft for `history` (whose last token is the pending one)."""
         t_prep = time.perf_counter()
         prepare = getattr(self.drafter, "prepare", None)
         if prepare is not None:  # the draft model catches up with tokens it has not seen
-            prepare(session.tokens)
-        t0 = time.perf_counter()
-        self.call.draft_s += t0 - t_prep
+            prepare(history)
         forced = constraint.forced() if constraint is not None else []
         if forced:  # tokens the grammar determines are free, always-accepted drafts
             draft = Draft(forced[: self.policy.lookup_k_max], None, "forced")
@@ -285,19 +348,25 @@ class Speculator:
             if hasattr(self.drafter, "lookup_k"):  # Combined: lookup gets its own K
                 self.drafter.lookup_k = self.k_for("lookup")
             k = self.k_for("lookup" if self.drafter.name == "lookup" else "model")
-            draft = self.drafter.propose(session.tokens, k, params, constraint)
+            draft = self.drafter.propose(history, k, params, constraint)
+        self.call.draft_s += time.perf_counter() - t_prep
+        return draft
+
+    def _verify(self, session, pending: int, draft: Draft, params,
+                constraint) -> tuple[list[int], int, str]:
+        """Verify `draft` in one pass; returns (emitted tokens, accepted drafts, where the
+        drafts came from: "draft" for a draft model, "lookup", or "forced" for
+        grammar-determined tokens)."""
         t1 = time.perf_counter()
         emitted, n = verify_round(session.target.model, session.tcache.cache, pending, draft,
                                   params, constraint, session.tokens)
         if constraint is not None:
             constraint.consume(emitted)
-        t2 = time.perf_counter()
         c = self.call
-        c.draft_s += t1 - t0
-        c.verify_s += t2 - t1
+        c.verify_s += time.perf_counter() - t1
         if draft.source == "forced":  # grammar-determined: not a measure of the drafter
             c.forced += n
-        elif draft.tokens:  # a lookup miss is just a plain step, not a round
+        elif draft.tokens:  # a miss verified alone is just a plain step, not a round
             c.rounds += 1
             c.drafted += len(draft.tokens)
             c.accepted += n

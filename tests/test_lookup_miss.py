@@ -1,0 +1,62 @@
+"""Prompt lookup's misses: plain tokens on the pipelined path until the lookup has a draft
+again (a miss never costs a verify pass of its own), greedy output identical to plain
+decoding, and consistent caches when a turn ends inside such a run of plain tokens."""
+
+from __future__ import annotations
+
+import pytest
+
+import agent.engine.speculative as speculative
+from agent.engine.drafters import PromptLookup
+from agent.engine.session import Session
+from agent.engine.speculative import SpecPolicy, Speculator
+from agent.events import GenerationStats, TextDelta
+
+COPY = "def read(path):\n    with open(path) as f:\n        return f.read()\n" * 2
+
+
+def _run(session: Session, prompt: list[int], n: int) -> tuple[list[int], GenerationStats]:
+    out, stats = [], None
+    for ev in session.generate(prompt, max_tokens=n, stop_tokens=set()):
+        if isinstance(ev, TextDelta):
+            out += ev.tokens
+        elif isinstance(ev, GenerationStats):
+            stats = ev
+    return out, stats
+
+
+@pytest.mark.parametrize("mode", ["on", "auto"])
+def test_misses_decode_plain_until_a_draft_and_stay_identical(llama, monkeypatch, mode):
+    widths: list[int] = []
+    verify = speculative.verify_round
+
+    def counted(model, cache, pending, draft, *args, **kw):
+        widths.append(len(draft.tokens))
+        return verify(model, cache, pending, draft, *args, **kw)
+
+    monkeypatch.setattr(speculative, "verify_round", counted)
+    prompt = Session(llama).render([{"role": "user", "content": COPY + "Copy it."}])
+    want, _ = _run(Session(llama), prompt, 120)
+    spec = Speculator(PromptLookup(), SpecPolicy(mode=mode))
+    got, stats = _run(Session(llama, speculator=spec), prompt, 120)
+    assert got == want
+    assert stats.rounds > 0 and len(widths) == stats.rounds
+    assert min(widths) > 0  # every verify pass carried drafts
+    # Tokens not emitted by rounds (accepted drafts + the target's own) came from plain steps.
+    assert stats.accepted + stats.rounds < 120
+
+
+def test_a_turn_ending_inside_a_plain_run_leaves_consistent_caches(llama):
+    spec = Speculator(PromptLookup(), SpecPolicy(mode="on"))
+    warm = Session(llama, speculator=spec)
+    history = [{"role": "user", "content": COPY + "Copy it."}]
+    for turn, n in enumerate((1, 2, 5, 9, 40)):
+        prompt = warm.render(history)
+        got, stats = _run(warm, prompt, n)
+        want, _ = _run(Session(llama), prompt, n)
+        assert got == want, turn
+        assert warm.tcache.consistent() and warm.tcache.offset <= len(warm.tokens)
+        if turn:
+            assert stats.cached_tokens > 0
+        history += [{"role": "assistant", "content": llama.tokenizer.decode(got)},
+                    {"role": "user", "content": f"again {turn}"}]
