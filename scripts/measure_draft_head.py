@@ -2,8 +2,7 @@
 
 Usage: .venv/bin/python scripts/measure_draft_head.py steps|agree|spec [--reps R] [--tokens N]
   steps  draft step time (0.5B, DraftModel.propose with K=5, greedy, no confidence stop) on the
-         pair bench's four prompts, full head vs first-N heads (MLX and numpy products),
-         interleaved so machine noise hits every configuration alike; also the 1.5B's 6-token
+         pair bench's four prompts, full head vs first-N heads, interleaved so machine noise hits every configuration alike; also the 1.5B's 6-token
          verify pass, for the cost model.
   agree  teacher-forced greedy agreement of the 0.5B with the 1.5B's argmax at every position
          of stdlib source files: full head vs head restricted to [0, N) + ids seen so far.
@@ -50,21 +49,18 @@ def _prompts(tok) -> dict[str, list[int]]:
 def steps(reps: int) -> None:
     import mlx.core as mx
 
-    from agent.engine.draft_head import RestrictedHead
     from agent.engine.drafters import DraftModel
     from agent.engine.sampling import SamplingParams
     from agent.engine.step import forward, prefill
 
     draft = _load("qwen2.5-coder-0.5b")
     vocab = draft.vocab_size
-    configs = [("full", 0, False)] + [(f"{n}{'-np' if np_ else ''}", n, np_)
-                                      for n in NS for np_ in (False, True)]
+    configs = [("full", 0)] + [(str(n), n) for n in NS]
     times: dict[str, list[float]] = {c[0]: [] for c in configs}
     for name, prompt in _prompts(draft.tokenizer).items():
         models = {}
-        for label, n, use_np in configs:
-            dm = DraftModel(draft, 0.0, vocab)
-            dm.head = RestrictedHead.build(draft.model, n, vocab, use_np)
+        for label, n in configs:
+            dm = DraftModel(draft, 0.0, vocab, n)
             if models:  # the prompt's KV is computed once: each drafter starts from a copy
                 first = next(iter(models.values()))
                 dm.adopt([copy.deepcopy(c) for c in first.cache.cache], first.fed)

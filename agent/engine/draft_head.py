@@ -48,38 +48,32 @@ class RestrictedHead:
     """Logits over `ids` = [0, first) + ids added later (in the order they were added).
 
     Rows of ids added later live in a second, small matrix that is extended when new ids
-    appear (the first block is a view of the model's weights and never copied). With
-    `use_numpy` (dense f32 weights on the CPU) a single-row product goes through numpy's
-    BLAS, whose matrix-vector product is faster there than MLX's; the added rows then live in
-    a buffer that grows by doubling, so adding ids writes rows in place.
+    appear (the first block is a view of the model's weights and never copied). The products
+    stay in MLX: a numpy matrix-vector product for the single-row step measured no faster
+    end to end on the CPU (it waits for the trunk, losing the queued-ahead steps).
     """
 
-    def __init__(self, head: nn.Module, first: int, width: int, use_numpy: bool = False):
+    def __init__(self, head: nn.Module, first: int, width: int):
         self.head = head
         self.width = width  # ids >= width are never proposed (the target may not have them)
         first = min(first, width)
         self.quantized = isinstance(head, (nn.QuantizedEmbedding, nn.QuantizedLinear))
-        self.use_numpy = use_numpy and not self.quantized
         self.known = np.zeros(width, dtype=bool)
         self.known[:first] = True
         self.n_first = first
         self.extra: list[int] = []
         self._ids = mx.arange(first, dtype=mx.uint32)
         self._base = self._rows(slice(0, first))
-        self._more: list[mx.array] | None = None  # rows of `extra` (MLX path)
-        if self.use_numpy:
-            self._np_buf = np.empty((first + 1024, head.weight.shape[1]), np.float32)
-            self._np_buf[:first] = np.asarray(head.weight[:first].astype(mx.float32))
+        self._more: list[mx.array] | None = None  # rows of `extra`
 
     @classmethod
-    def build(cls, lm_model: nn.Module, first: int, width: int, use_numpy: bool = False
-              ) -> "RestrictedHead | None":
+    def build(cls, lm_model: nn.Module, first: int, width: int) -> RestrictedHead | None:
         """A restricted head for `lm_model`, or None (full head) when `first` is 0, covers the
         whole vocabulary, or the model's class is not supported."""
         head = head_module(lm_model)
         if head is None or first <= 0 or first >= width:
             return None
-        return cls(head, first, width, use_numpy)
+        return cls(head, first, width)
 
     @property
     def size(self) -> int:
@@ -103,22 +97,12 @@ class RestrictedHead:
         self.extra.extend(int(i) for i in new)
         self._ids = mx.concatenate([self._ids, mx.array(new, dtype=mx.uint32)])
         rows = self._rows(mx.array(new, dtype=mx.uint32))
-        if self.use_numpy:
-            self._np_append(np.asarray(rows[0].astype(mx.float32)))
-        elif self._more is None:
+        if self._more is None:
             self._more = rows
         else:
             self._more = [None if a is None else mx.concatenate([a, b])
                           for a, b in zip(self._more, rows)]
-        mx.eval([r for r in self._more or [] if r is not None], self._ids)
-
-    def _np_append(self, rows: np.ndarray) -> None:
-        end, n = self.size - len(rows), len(rows)
-        if end + n > len(self._np_buf):
-            grown = np.empty((2 * (end + n), self._np_buf.shape[1]), np.float32)
-            grown[:end] = self._np_buf[:end]
-            self._np_buf = grown
-        self._np_buf[end : end + n] = rows
+        mx.eval([r for r in self._more if r is not None], self._ids)
 
     def _product(self, h: mx.array, params: list[mx.array]) -> mx.array:
         if not self.quantized:
@@ -130,9 +114,6 @@ class RestrictedHead:
 
     def logits(self, h: mx.array) -> mx.array:
         """(n, hidden) final hidden states -> (n, size) logits over `ids`."""
-        if self.use_numpy and h.shape[0] == 1:
-            x = np.asarray(h.astype(mx.float32))[0]  # waits for the trunk
-            return mx.array((self._np_buf[: self.size] @ x)[None])
         out = self._product(h, self._base)
         if self._more is not None:
             out = mx.concatenate([out, self._product(h, self._more)], axis=-1)

@@ -59,8 +59,7 @@ class DraftModel:
         self.vocab_limit = vocab_limit or lm.vocab_size
         # draft_vocab > 0: logits only for the first draft_vocab ids plus ids seen in the
         # history (None: the full head, or a model class the restricted head does not fit).
-        self.head = RestrictedHead.build(lm.model, draft_vocab, self.vocab_limit,
-                                         use_numpy=lm.device == "cpu")
+        self.head = RestrictedHead.build(lm.model, draft_vocab, self.vocab_limit)
         self.scanned = 0  # history[:scanned] has had its ids added to the head
 
     def rewind_to(self, n: int) -> None:
