@@ -43,14 +43,14 @@ demo: setup
 # shown that kernel set computes correctly here (agent/engine/blas.py); a value you set wins.
 test: setup
 	$(BIN)/spec-agent models pull
-	$(BIN)/spec-agent models pull qwen2.5-coder-0.5b
+	$(BIN)/spec-agent models pull embedded
 	@lib="$$(ls /usr/lib/*-linux-gnu/openblas-pthread/libopenblas.so.0 2>/dev/null | head -1)"; \
 	core="$${OPENBLAS_CORETYPE-$$([ -z "$$lib" ] || $(BIN)/python -m agent.engine.blas coretype "$$lib")}"; \
 	echo "pytest with LD_PRELOAD=$${lib:-none} OPENBLAS_CORETYPE=$${core:-auto}"; \
 	env SPEC_AGENT_REQUIRE_EMBEDDED=1 LD_PRELOAD="$$lib" $${core:+OPENBLAS_CORETYPE="$$core"} $(BIN)/python -m pytest -q
 
 bench: setup
-	$(BIN)/spec-agent models pull
+	$(BIN)/spec-agent models pull embedded
 	$(BIN)/spec-agent bench spec --quick
 
 clean:

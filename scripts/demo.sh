@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # `make demo`: a real agent task in a throwaway git repo, then the task's own check.
-# The model is the embedded default (SmolLM2-135M) unless DEMO_MODEL names another one
-# (e.g. DEMO_MODEL=qwen2.5-coder-0.5b after `spec-agent models pull qwen2.5-coder-0.5b`);
+# The model is the default one (Qwen2.5-Coder-0.5B, pulled by `make demo`) unless DEMO_MODEL
+# names another (e.g. DEMO_MODEL=embedded, the 135M SmolLM2: fast, but it fails these tasks);
 # DEMO_TASK picks one of the eval tasks (agent/eval/tasks/). The demo shows what the agent did:
-# its tool calls (decoded under the tool-call grammar), its commits, the diff, tok/s, and
-# whether the task's check passes. A 135M model fails most tasks: the check says so.
+# its reply (with the default "whole" edit format a changed file is written from the code block
+# under its path), its commits, the diff, tok/s, and whether the task's own check passes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN="$PWD/.venv/bin"
-MODEL="${DEMO_MODEL:-default}"
+MODEL="${DEMO_MODEL:-qwen2.5-coder-0.5b}"
 TASK_NAME="${DEMO_TASK:-json_config}"
 WORK="$(mktemp -d "${TMPDIR:-/tmp}/spec-agent-demo.XXXXXX")"
 trap 'rm -rf "$WORK"' EXIT

