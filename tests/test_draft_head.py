@@ -169,3 +169,26 @@ def test_constrained_speculation_equals_constrained_plain(pair):
                       constraint=_tool_constraint(target))
     assert got == want
     assert stats.forced_tokens > 0 and stats.accepted <= stats.drafted
+
+
+def test_prefix_store_turns_equal_cold_plain(pair):
+    """A draft that adopts stored KV (its history not yet scanned) and later turns of the same
+    session: every turn equals cold plain decoding, and the ids of each prompt get covered."""
+    from agent.engine.prefix_store import PrefixStore
+
+    target, draft = pair
+    store = PrefixStore(None, memory_mb=64, disk_mb=0)
+    prompts = [Session(target).render([{"role": "user", "content": p}]) for p in PROMPTS]
+    for i in range(2):  # the second session's drafter starts from the store's entries
+        drafter, adopted = DraftModel(draft, draft_vocab=48), []
+        adopt = drafter.adopt
+        drafter.adopt = lambda cache, toks: (adopted.append(len(toks)), adopt(cache, toks))[1]
+        spec = Session(target, speculator=Speculator(drafter, SpecPolicy(mode="on", fixed_k=4)),
+                       store=store)
+        for prompt in prompts[i:]:
+            want, _ = _run(Session(target), prompt, max_tokens=24, stop_tokens=set())
+            got, stats = _run(spec, prompt, max_tokens=24, stop_tokens=set())
+            assert got == want and stats.rounds > 0
+            assert {t for t in prompt if t >= 48} <= set(drafter.head.extra)
+        if i:
+            assert adopted  # the second session's drafter did start from stored KV
