@@ -64,6 +64,7 @@ class RestrictedHead:
         self.extra: list[int] = []
         self._ids = mx.arange(first, dtype=mx.uint32)
         self._base = self._rows(slice(0, first))
+        mx.eval([r for r in self._base if r is not None])  # views of the weights, no copy
         self._more: list[mx.array] | None = None  # rows of `extra`
 
     @classmethod
