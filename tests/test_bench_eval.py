@@ -28,6 +28,15 @@ def test_naive_loop_is_greedy_identical_to_plain(llama):
     assert got == want and tps > 0
 
 
+def test_bench_workload_interleaves_three_exact_loops(llama):
+    from agent.config import Config
+
+    w = bench_lookup.Workload("w", "tune", "python", "a.py", "Copy it.", "x = 1\ny = 2\n" * 4)
+    row = bench_lookup.bench_workload(llama, Config(), w, 45)
+    assert row["ours_identical"] and row["naive_identical"]
+    assert row["plain_tps"] > 0 and row["ours_tps"] > 0 and row["naive_tps"] > 0
+
+
 def test_workloads_have_both_subsets_and_distinct_languages():
     ws = bench_lookup.load_workloads()
     assert len(ws) >= 10

@@ -1,12 +1,14 @@
 """`spec-agent bench lookup`: prompt lookup on copy-heavy edits, against plain decoding and a
 naive lookup loop, side by side in one process, with the same weights.
 
-Per workload (interleaved, so machine noise hits all three alike): plain greedy decoding
-(the product's `Session`), the product's lookup speculation (the drafter and policy that
-`make_speculator` builds by default), and `naive_decode`: n-gram n=3 falling back to 2 and 1,
-the most recent earlier occurrence, fixed K=8, greedy, written as the short loop it is. All
-three emit exactly `tokens` tokens (EOS does not stop them) and must be token-identical.
-Speedups are decode tok/s over plain; the summary gives the geometric mean per subset
+Per workload, three loops advanced in turns, `SLICE` tokens at a time (plain, ours, naive,
+plain, ...), each timed over its own turns only, so that load from other processes falls on
+all three alike: plain greedy decoding (the product's `Session`), the product's lookup
+speculation (the drafter and policy that `make_speculator` builds by default), and
+`naive_rounds`: n-gram n=3 falling back to 2 and 1, the most recent earlier occurrence, fixed
+K=8, greedy, written as the short loop it is. All three emit exactly `tokens` tokens (EOS
+does not stop them) and must be token-identical. Speedups are decode tok/s (after each
+loop's first batch) over plain; the summary gives the geometric mean per subset
 (`tune` workloads guided the drafter; `check` workloads are held out).
 """
 
@@ -16,11 +18,12 @@ import json
 import math
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 WORKLOADS = Path(__file__).parent / "lookup_workloads.toml"
+SLICE = 20  # tokens each loop decodes in its turn
 
 
 @dataclass(frozen=True)
@@ -56,9 +59,9 @@ def naive_draft(seq: list[int], k: int) -> list[int]:
     return []
 
 
-def naive_decode(lm: Any, prompt: list[int], tokens: int, k: int = 8) -> tuple[list[int], float]:
-    """The naive loop: draft by `naive_draft`, verify in one pass, keep the agreeing prefix
-    and the target's next token. Returns (tokens, decode tok/s after the first token)."""
+def naive_rounds(lm: Any, prompt: list[int], k: int = 8) -> Iterator[list[int]]:
+    """The naive loop, endless: draft by `naive_draft`, verify in one pass, yield the agreeing
+    prefix and the target's next token."""
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
@@ -66,8 +69,8 @@ def naive_decode(lm: Any, prompt: list[int], tokens: int, k: int = 8) -> tuple[l
 
     cache = make_prompt_cache(lm.model)
     prefill(lm.model, prompt[:-1], cache)
-    seq, out, first = list(prompt), [], 0.0
-    while len(out) < tokens:
+    seq = list(prompt)
+    while True:
         draft = naive_draft(seq, k)
         best = mx.argmax(forward(lm.model, [seq[-1], *draft], cache), axis=-1).tolist()
         n = 0
@@ -76,24 +79,61 @@ def naive_decode(lm: Any, prompt: list[int], tokens: int, k: int = 8) -> tuple[l
         trim_prompt_cache(cache, len(draft) - n)
         new = [*draft[:n], best[n]]
         seq += new
-        out += new
-        first = first or time.perf_counter()
-    out = out[:tokens]
-    elapsed = time.perf_counter() - first
-    return out, (len(out) - 1) / elapsed if elapsed > 0 else 0.0
+        yield new
 
 
-def _session_run(lm: Any, prompt: list[int], tokens: int, speculator: Any) -> tuple[list[int], Any]:
+def naive_decode(lm: Any, prompt: list[int], tokens: int, k: int = 8) -> tuple[list[int], float]:
+    """`tokens` tokens of the naive loop, and its decode tok/s after the first round."""
+    run = Timed(naive_rounds(lm, prompt, k))
+    run.advance(tokens)
+    return run.out[:tokens], run.tps()
+
+
+@dataclass
+class Timed:
+    """One decoding loop advanced slice by slice; only its own slices are timed, from after
+    its first batch (the prefill and first token) on."""
+
+    batches: Iterator[list[int]]
+    out: list[int] = field(default_factory=list)
+    first: int = 0  # tokens in the first batch (not timed)
+    elapsed: float = 0.0
+
+    def advance(self, upto: int) -> None:
+        import mlx.core as mx
+
+        if len(self.out) >= upto:
+            return
+        t0 = time.perf_counter()
+        for batch in self.batches:
+            self.out += batch
+            if not self.first:
+                self.first, t0 = len(batch), time.perf_counter()
+            if len(self.out) >= upto:
+                break
+        mx.synchronize()  # work this loop queued is its own, not the next loop's
+        self.elapsed += time.perf_counter() - t0
+
+    def finish(self) -> None:
+        """Run the loop to its end, untimed (a session reports its stats there)."""
+        for batch in self.batches:
+            self.out += batch
+
+    def tps(self) -> float:
+        return (len(self.out) - self.first) / self.elapsed if self.elapsed > 0 else 0.0
+
+
+def _session_batches(lm: Any, prompt: list[int], tokens: int, speculator: Any,
+                     stats: list) -> Iterator[list[int]]:
     from ..engine.session import Session
-    from ..events import GenerationStats, TextDelta
+    from ..events import GenerationStats, SpeculationChanged, TextDelta
 
-    out, stats = [], None
-    for ev in Session(lm, speculator=speculator).generate(prompt, max_tokens=tokens, stop_tokens=set()):
-        if isinstance(ev, TextDelta):
-            out += ev.tokens
-        elif isinstance(ev, GenerationStats):
-            stats = ev
-    return out, stats
+    session = Session(lm, speculator=speculator)
+    for ev in session.generate(prompt, max_tokens=tokens, stop_tokens=set()):
+        if isinstance(ev, TextDelta) and ev.tokens:
+            yield list(ev.tokens)
+        elif isinstance(ev, (GenerationStats, SpeculationChanged)):
+            stats.append(ev)
 
 
 def product_speculator(lm: Any, cfg: Any) -> Any:
@@ -106,18 +146,30 @@ def product_speculator(lm: Any, cfg: Any) -> Any:
 
 
 def bench_workload(lm: Any, cfg: Any, w: Workload, tokens: int) -> dict[str, Any]:
+    """Plain, ours and naive advanced in turns, `SLICE` tokens at a time, so that load from
+    other processes falls on all three alike even when it changes within seconds."""
     from ..engine.session import render_chat
+    from ..events import SpeculationChanged
 
     prompt = render_chat(lm.tokenizer, [{"role": "user", "content": w.prompt_text()}])
-    plain, pstats = _session_run(lm, prompt, tokens, None)
-    ours, ostats = _session_run(lm, prompt, tokens, product_speculator(lm, cfg))
-    naive, naive_tps = naive_decode(lm, prompt, tokens)
+    pstats: list = []
+    ostats: list = []
+    runs = [Timed(_session_batches(lm, prompt, tokens, None, pstats)),
+            Timed(_session_batches(lm, prompt, tokens, product_speculator(lm, cfg), ostats)),
+            Timed(naive_rounds(lm, prompt))]
+    for upto in range(SLICE, tokens + SLICE, SLICE):
+        for r in runs:
+            r.advance(min(upto, tokens))
+    for r in runs[:2]:
+        r.finish()
+    plain, ours, naive = ([*r.out[:tokens]] for r in runs)
+    p, o, n = (r.tps() for r in runs)
+    st = ostats[-1]
+    offs = sum(1 for e in ostats if isinstance(e, SpeculationChanged) and not e.enabled)
     return dict(workload=w.name, subset=w.subset, prompt_tokens=len(prompt),
-                plain_tps=pstats.decode_tps, ours_tps=ostats.decode_tps, naive_tps=naive_tps,
-                ours_speedup=ostats.decode_tps / pstats.decode_tps,
-                naive_speedup=naive_tps / pstats.decode_tps,
-                ours_acceptance=ostats.acceptance_rate, ours_mean_accepted=ostats.mean_accepted,
-                ours_identical=ours == plain, naive_identical=naive == plain)
+                plain_tps=p, ours_tps=o, naive_tps=n, ours_speedup=o / p, naive_speedup=n / p,
+                ours_acceptance=st.acceptance_rate, ours_mean_accepted=st.mean_accepted,
+                ours_auto_off=offs, ours_identical=ours == plain, naive_identical=naive == plain)
 
 
 def geomean(xs: list[float]) -> float:
@@ -146,7 +198,8 @@ def run(lm: Any, cfg: Any, subset: str, tokens: int, log: Callable[[str], None])
         r = rows[-1]
         log(f"  {r['workload']:22} {r['subset']:5} plain {r['plain_tps']:5.1f} tok/s | ours "
             f"{r['ours_speedup']:4.2f}x (acc {r['ours_acceptance']:.2f}) | naive "
-            f"{r['naive_speedup']:4.2f}x | identical {r['ours_identical']}/{r['naive_identical']}")
+            f"{r['naive_speedup']:4.2f}x | identical {r['ours_identical']}/{r['naive_identical']}"
+            + (f" | auto-off x{r['ours_auto_off']}" if r["ours_auto_off"] else ""))
     return dict(model=lm.name, blas=loaded_blas(), tokens=tokens, summary=summarize(rows),
                 workloads=rows)
 
@@ -156,7 +209,8 @@ def main(args, cfg) -> int:
 
     lm = load_model(cfg.model, device=cfg.device)  # a model not pulled: one line, exit 2
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    result = run(lm, cfg, "all", args.tokens or (48 if args.quick else 200), log)
+    tokens = args.tokens or (48 if args.quick else 200)
+    result = run(lm, cfg, getattr(args, "subset", "all"), tokens, log)
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
