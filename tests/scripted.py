@@ -106,7 +106,9 @@ def plain_dir(tmp_path) -> Path:
 
 
 def full_auto(**over) -> Config:
-    return Config(approval_mode="full-auto", **over)
+    """Full-auto, and (unless asked) without the files and listing the agent attaches to a
+    message, so tests of other features see messages exactly as sent."""
+    return Config(**{"approval_mode": "full-auto", "attach_mentioned": False, **over})
 
 
 def tmux_cli() -> Path:

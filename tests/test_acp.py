@@ -23,6 +23,7 @@ from acp import RequestError, image_block, spawn_agent_process, text_block
 from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
 from scripted import SAMPLE, call, make_repo
 
+from agent.core.attach import typed_text
 from agent.core.history import HistoryStore
 
 HERE = Path(__file__).resolve().parent
@@ -296,8 +297,9 @@ def test_load_session_replays_and_continues(tmp_path, repo):
     assert [(u.session_update, u.content.text) for u in replayed] == [
         ("user_message_chunk", "first question"), ("agent_message_chunk", "First answer.")]
     assert response.stop_reason == "end_turn"
-    contents = [m["content"] for m in saved(repo, home, sid)[1:]]
+    contents = [typed_text(m["content"]) for m in saved(repo, home, sid)[1:]]
     assert contents == ["first question", "First answer.", "second question", "Second answer."]
+    assert "Files in the repository:" in saved(repo, home, sid)[1]["content"]  # the model saw it
 
 
 # ---- the real engine ---------------------------------------------------------------------------

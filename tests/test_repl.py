@@ -267,7 +267,7 @@ def test_models_load_and_run_on_one_thread(git_repo):
         repl.handle_line("hello")
     finally:
         repl.close()
-    assert repl.out.getvalue().startswith("loading default…\n")
+    assert repl.out.getvalue().startswith(f"loading {Config().model}…\n")
     assert len(threads) == 2 and threads[0] == threads[1] != threading.get_ident()
 
 

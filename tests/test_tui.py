@@ -182,7 +182,7 @@ def test_status_bar_shows_the_engine_figures(repo):
         final = status_text(app)
         assert "23.4 tok/s" in final and "acc 75% (2.8/round) K=4 spec on" in final
         assert "ctx 1247/8192" in final and "cache 890/1203" in final
-        assert "default │ full-auto │ main +0" in final  # model, approval mode, git
+        assert "qwen2.5-coder-0.5b │ full-auto │ main +0" in final  # model, approval mode, git
 
     drive(app, scenario)
 

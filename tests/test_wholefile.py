@@ -52,7 +52,7 @@ def test_judge_skips_quotes_refuses_snippets_and_paths_outside(git_repo):
 
 def test_a_whole_file_reply_is_written_and_committed(git_repo):
     model = ScriptedModel([fenced("calc.py", NEW_CALC) + "Added a docstring to add."])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole"))
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", attach_mentioned=True))
     events = list(conv.send("Add a docstring to add in calc.py"))
     assert (git_repo / "calc.py").read_text() == NEW_CALC
     finished = [e for e in events if isinstance(e, ToolCallFinished)]
@@ -74,7 +74,7 @@ def test_a_quote_a_snippet_and_the_tool_format_change_nothing(git_repo):
     subprocess.run(["git", "commit", "-qm", "big"], cwd=git_repo, check=True)
     quote = fenced("calc.py", before) + "It adds and subtracts."
     snippet = fenced("big.py", "v1 = 1\n")
-    conv = conversation(git_repo, ScriptedModel([quote, snippet]), full_auto(edit_format="whole"))
+    conv = conversation(git_repo, ScriptedModel([quote, snippet]), full_auto(edit_format="whole", attach_mentioned=True))
     first = list(conv.send("What does calc.py do?"))
     second = list(conv.send("Show v1 in big.py"))
     assert (git_repo / "calc.py").read_text() == before and (git_repo / "big.py").read_text() == big
@@ -89,7 +89,7 @@ def test_a_quote_a_snippet_and_the_tool_format_change_nothing(git_repo):
 
 def test_mentioned_files_are_attached_once_and_only_repo_files(git_repo):
     model = ScriptedModel(["ok", "ok", "ok"])
-    conv = conversation(git_repo, model, full_auto())
+    conv = conversation(git_repo, model, full_auto(attach_mentioned=True))
     list(conv.send("Look at calc.py and missing.py, then calc.py again"))
     msg = model.seen[0][-1]["content"]
     assert msg.count('<file path="calc.py">') == 1 and "missing.py" not in msg.split("Attached")[1]
@@ -129,7 +129,7 @@ def test_an_unnamed_block_in_another_language_is_not_the_attached_file():
 
 def test_the_first_message_lists_the_repository_files(git_repo):
     model = ScriptedModel(["ok", "ok"])
-    conv = conversation(git_repo, model, full_auto())
+    conv = conversation(git_repo, model, full_auto(attach_mentioned=True))
     list(conv.send("Write a test for calc.py"))
     list(conv.send("thanks"))
     first = model.seen[0][-1]["content"]
@@ -137,3 +137,19 @@ def test_the_first_message_lists_the_repository_files(git_repo):
     assert "Files in the repository:" in head and "calc.py" in head.split("Files in")[1]
     assert '<file path="calc.py">' in attached
     assert "Files in the repository" not in model.seen[1][-1]["content"]
+
+
+def test_code_names_in_a_message_are_looked_up_and_their_files_attached(git_repo):
+    from agent.core.attach import symbols
+
+    assert symbols("Rename fetch_data; is MAX_RETRIES in `area`? UserCache, not calc.py or Hello") \
+        == ["fetch_data", "MAX_RETRIES", "area", "UserCache"]
+    (git_repo / "net.py").write_text("import os\n\nMAX_RETRIES = 5\n")
+    (git_repo / "other.py").write_text("print('no names here')\n")
+    subprocess.run(["git", "add", "net.py", "other.py"], cwd=git_repo, check=True)
+    model = ScriptedModel(["net.py sets it to 5."])
+    conv = conversation(git_repo, model, full_auto(attach_mentioned=True))
+    list(conv.send("Which file defines MAX_RETRIES?"))
+    msg = model.seen[0][-1]["content"]
+    assert "Where the names in the message occur:\nnet.py:3: MAX_RETRIES = 5" in msg
+    assert '<file path="net.py">' in msg and '<file path="other.py">' not in msg

@@ -1,7 +1,9 @@
 """Repository files attached to a user message.
 
-The first message of a conversation also gets a line listing the repository's files (when
-`attach_mentioned` is on), so the model knows what exists without a tool call.
+With `attach_mentioned` on, a message also says where the code names it mentions (`fetch_data`,
+`MAX_RETRIES`, `UserCache`, or any word in backticks) occur in the repository, with those files
+attached, and the first message of a conversation lists the repository's files: a small model
+then starts from what it would otherwise have to find with tool calls.
 
 Two ways a message names files: `@path` (the interactive UIs' explicit attachment) and, when
 `attach_mentioned` is on, a plain mention of a repository path (`calc.py`, `src/app.py`, or a
@@ -30,6 +32,10 @@ MAX_ATTACH_CHARS = 20_000  # per file
 MAX_MENTIONED = 6  # files attached by plain mention, per message
 MAX_MENTIONED_CHARS = 40_000  # their total
 MAX_LISTED = 60  # files named in a conversation's first message
+IDENT = re.compile(r"`([^`\s]+)`|(?<![\w.])([A-Za-z_]\w*)(?![\w.])")
+MAX_SYMBOLS = 6  # code names looked up per message
+MAX_SCANNED = 400  # files searched for them
+MAX_HITS = 24  # lines shown
 
 
 def repo_files(ctx: Any) -> list[str]:
@@ -50,7 +56,12 @@ def attach_mentions(text: str, ctx: Any, plain: bool = False,
     explicit = [m.group(1).rstrip(".,;:") for m in MENTION.finditer(text)]
     wanted = [p for p in explicit if p in known]
     if plain:
-        wanted += _named(text, files, known)[:MAX_MENTIONED]
+        named = _named(text, files, known)
+        hits, where = symbol_hits(ctx.root, files, symbols(text))
+        wanted += list(dict.fromkeys(named + where))[:MAX_MENTIONED]
+        if hits:
+            preface = "\n\n".join(x for x in (preface, ADDED[1].strip() + "\n"
+                                              + "\n".join(hits)) if x)
     attached, blocks, total = [], [], 0
     for path in dict.fromkeys(wanted):
         if f'<file path="{path}">' in text:
@@ -66,7 +77,53 @@ def attach_mentions(text: str, ctx: Any, plain: bool = False,
     text = f"{text}\n\n{preface}" if preface else text
     if not blocks:
         return text, []
-    return text + "\n\nAttached files:\n" + "\n".join(blocks), attached
+    return text + ADDED[2] + "\n" + "\n".join(blocks), attached
+
+
+# What the agent adds after the text a person typed, in this order.
+ADDED = ("\n\nFiles in the repository:", "\n\nWhere the names in the message occur:",
+         "\n\nAttached files:")
+
+
+def typed_text(message: str) -> str:
+    """The part of a user message its author typed: without the listing, lookups and files
+    the agent added (for titles and replays)."""
+    cut = min((i for i in (message.find(m) for m in ADDED) if i >= 0), default=len(message))
+    return message[:cut]
+
+
+def symbols(text: str) -> list[str]:
+    """Code names in `text`: words in backticks, and words that look like identifiers
+    (snake_case, CamelCase, CONSTANT_CASE); file names are not among them."""
+    out = []
+    for m in IDENT.finditer(text):
+        word = m.group(1) or m.group(2)
+        if not word or not re.fullmatch(r"[A-Za-z_]\w{2,}", word):
+            continue
+        inner = word.strip("_")
+        mixed = any(c.isupper() for c in inner[1:]) and any(c.islower() for c in inner)
+        if m.group(1) or "_" in inner or mixed or (inner.isupper() and len(inner) >= 3):
+            out.append(word)
+    return list(dict.fromkeys(out))[:MAX_SYMBOLS]
+
+
+def symbol_hits(root: Path, files: list[str], names: list[str]) -> tuple[list[str], list[str]]:
+    """(`path:line: text` for each line of a repository file with one of `names` as a whole
+    word, at most MAX_HITS; the files those lines are in, in order)."""
+    if not names:
+        return [], []
+    pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + r")\b")
+    hits: list[str] = []
+    where: list[str] = []
+    for path in files[:MAX_SCANNED]:
+        content = attachment(root, path)
+        if content is None or not pattern.search(content):
+            continue
+        where.append(path)
+        for no, line in enumerate(content.splitlines(), 1):
+            if len(hits) < MAX_HITS and pattern.search(line):
+                hits.append(f"{path}:{no}: {line.strip()[:160]}")
+    return hits, where
 
 
 def file_listing(ctx: Any, limit: int = MAX_LISTED) -> str:
@@ -77,7 +134,7 @@ def file_listing(ctx: Any, limit: int = MAX_LISTED) -> str:
         return ""
     shown = ", ".join(files[:limit])
     more = f" (and {len(files) - limit} more)" if len(files) > limit else ""
-    return f"Files in the repository: {shown}{more}."
+    return f"{ADDED[0].strip()} {shown}{more}."
 
 
 def _named(text: str, files: list[str], known: set[str]) -> list[str]:

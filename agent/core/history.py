@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import store
+from .attach import typed_text
 
 VERSION = 1
 ROLES = frozenset({"system", "user", "assistant"})
@@ -161,7 +162,7 @@ class HistoryStore:
             if read is None:
                 continue
             created, messages = read
-            first = next((m["content"] for m in messages if m["role"] == "user"), "")
+            first = typed_text(next((m["content"] for m in messages if m["role"] == "user"), ""))
             infos.append(ConversationInfo(path.stem, created, mtime, len(messages),
                                           _one_line(first)))
         return infos

@@ -45,6 +45,7 @@ from pydantic import ValidationError
 from .. import __version__
 from ..approvals import MODES
 from ..cancel import CancelToken
+from ..core.attach import typed_text
 from ..core.callformat import RESULT_OPEN, parse_calls, strip_calls
 from ..core.history import HistoryError, HistoryStore
 from ..events import AgentResult, ApprovalRequest
@@ -329,7 +330,8 @@ def replay(messages: list[dict[str, str]], root: Path) -> list[Any]:
     out: list[Any] = []
     for n, m in enumerate(messages):
         if m["role"] == "user" and not m["content"].startswith(RESULT_OPEN):
-            out.append(UserMessageChunk(session_update="user_message_chunk", content=text_block(m["content"])))
+            out.append(UserMessageChunk(session_update="user_message_chunk",
+                                        content=text_block(typed_text(m["content"]))))
         elif m["role"] == "assistant":
             text = strip_calls(m["content"])
             if text:

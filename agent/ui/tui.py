@@ -25,6 +25,7 @@ from textual.message import Message
 from textual.timer import Timer
 
 from ..cancel import CancelToken
+from ..core.attach import typed_text
 from ..core.callformat import RESULT_OPEN, parse_calls, strip_calls
 from ..events import (AgentResult, ApprovalRequired, AssistantMessage, DecodeProgress, GitAction,
                       PrefillProgress, RunStopped, SpeculationChanged, ToolCallFinished,
@@ -150,7 +151,7 @@ class AgentApp(App[int]):
             if m["role"] == "user" and m["content"].startswith(RESULT_OPEN):
                 chat.add_note(m["content"].splitlines()[0], "note")
             elif m["role"] == "user":
-                chat.add_user(m["content"])
+                chat.add_user(typed_text(m["content"]))
             elif m["role"] == "assistant":
                 chat.end_turn(strip_calls(m["content"]))
                 for c in parse_calls(m["content"]):
