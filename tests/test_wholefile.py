@@ -153,3 +153,14 @@ def test_code_names_in_a_message_are_looked_up_and_their_files_attached(git_repo
     msg = model.seen[0][-1]["content"]
     assert "Where the names in the message occur:\nnet.py:3: MAX_RETRIES = 5" in msg
     assert '<file path="net.py">' in msg and '<file path="other.py">' not in msg
+
+
+def test_names_are_not_looked_up_in_the_files_the_message_names(git_repo):
+    model = ScriptedModel(["ok"])
+    conv = conversation(git_repo, model, full_auto(attach_mentioned=True))
+    (git_repo / "use.py").write_text("from calc import sub\nprint(sub(2, 1))\n")
+    subprocess.run(["git", "add", "use.py"], cwd=git_repo, check=True)
+    list(conv.send("Rename `sub` in calc.py to minus"))
+    msg = model.seen[0][-1]["content"]
+    assert "use.py:1: from calc import sub" in msg and "calc.py:" not in msg.split("Attached")[0]
+    assert '<file path="calc.py">' in msg and '<file path="use.py">' in msg

@@ -1,8 +1,8 @@
 """Repository files attached to a user message.
 
 With `attach_mentioned` on, a message also says where the code names it mentions (`fetch_data`,
-`MAX_RETRIES`, `UserCache`, or any word in backticks) occur in the repository, with those files
-attached, and the first message of a conversation lists the repository's files: a small model
+`MAX_RETRIES`, `UserCache`, or any word in backticks) occur in files it does not name, with
+those files attached, and the first message of a conversation lists the repository's files: a small model
 then starts from what it would otherwise have to find with tool calls.
 
 Two ways a message names files: `@path` (the interactive UIs' explicit attachment) and, when
@@ -57,7 +57,9 @@ def attach_mentions(text: str, ctx: Any, plain: bool = False,
     wanted = [p for p in explicit if p in known]
     if plain:
         named = _named(text, files, known)
-        hits, where = symbol_hits(ctx.root, files, symbols(text))
+        # Names are looked up in the files the message does not name (those come whole).
+        others = [f for f in files if f not in named and f not in wanted]
+        hits, where = symbol_hits(ctx.root, others, symbols(text))
         wanted += list(dict.fromkeys(named + where))[:MAX_MENTIONED]
         if hits:
             preface = "\n\n".join(x for x in (preface, ADDED[1].strip() + "\n"
