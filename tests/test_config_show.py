@@ -85,3 +85,14 @@ def test_bad_env_value_names_the_variable(layered, monkeypatch):
     monkeypatch.setenv("SPEC_AGENT_MAX_TOKENS", "0")
     with pytest.raises(ConfigError, match=r"SPEC_AGENT_MAX_TOKENS.*'max_tokens' must be >= 1"):
         load_config_sources(repo)
+
+
+def test_the_default_model_is_local_only(tmp_path, monkeypatch):
+    """Unset, the model is the local default; with engine openai it is the server's first."""
+    from agent.config import DEFAULT_MODEL, load_config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    assert load_config(tmp_path).model == DEFAULT_MODEL
+    assert load_config(tmp_path, {"engine": "openai"}).model == "default"
+    assert load_config(tmp_path, {"engine": "openai", "model": "qwen2.5-coder-0.5b"}).model \
+        == "qwen2.5-coder-0.5b"
