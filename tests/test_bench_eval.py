@@ -37,6 +37,19 @@ def test_bench_workload_interleaves_three_exact_loops(llama):
     assert row["plain_tps"] > 0 and row["ours_tps"] > 0 and row["naive_tps"] > 0
 
 
+def test_paused_clock_leaves_out_the_other_loops_turns():
+    import time
+
+    clock = bench_lookup.PausedClock()
+    t0 = clock()
+    clock.pause()
+    time.sleep(0.2)  # another loop's turn
+    assert clock() - t0 < 0.05
+    clock.resume()
+    time.sleep(0.02)
+    assert 0.02 <= clock() - t0 < 0.15
+
+
 def test_workloads_have_both_subsets_and_distinct_languages():
     ws = bench_lookup.load_workloads()
     assert len(ws) >= 10

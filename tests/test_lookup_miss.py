@@ -60,3 +60,18 @@ def test_a_turn_ending_inside_a_plain_run_leaves_consistent_caches(llama):
             assert stats.cached_tokens > 0
         history += [{"role": "assistant", "content": llama.tokenizer.decode(got)},
                     {"role": "user", "content": f"again {turn}"}]
+
+
+def test_speed_check_weighs_rounds_by_their_time():
+    """The on/off decision compares throughput: tokens over the time the rounds took. One
+    fast round (17 tokens in 0.25 s) and three failed ones (1 token in 0.15 s each) made 20
+    tokens in 0.70 s, slower than plain at 30 tok/s, though the per-round average is not."""
+    spec = Speculator(PromptLookup(), SpecPolicy(mode="auto"))
+    spec.plain_tps.add(30.0)
+    for tokens, seconds in ((17, 0.25), (1, 0.15), (1, 0.15), (1, 0.15)):
+        spec._note_round(tokens, seconds)
+    assert spec.spec_tps.value > 30.0
+    assert "speedup" in (spec._check_speed() or "")
+    spec.plain_tps = type(spec.plain_tps)()
+    spec.plain_tps.add(20.0)  # the same rounds beat plain at 20 tok/s
+    assert spec._check_speed() is None

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import mlx.core as mx
 
@@ -126,12 +126,20 @@ class _CallStats:
 class Speculator:
     """Drives speculative rounds for a Session; persists across turns (K and speeds carry)."""
 
+    RECENT_DECAY = 0.9  # per round: the speed comparison looks back ~10 rounds
+
     def __init__(self, drafter: Drafter, policy: SpecPolicy | None = None):
         self.drafter = drafter
         self.policy = policy or SpecPolicy()
         self.accepted_per_round: dict[str, _Ema] = {}
-        self.spec_tps = _Ema()  # tokens per second while speculating
+        self.spec_tps = _Ema()  # tokens per second while speculating (per round)
+        # Rounds' tokens and seconds, each decayed by RECENT_DECAY per round: their ratio is
+        # recent rounds' speed weighted by their time, which the on/off decision uses (an
+        # average of per-round speeds swings with a few short failed rounds).
+        self.recent = (0.0, 0.0)
         self.plain_tps = _Ema()  # tokens per second of single plain steps
+        # Time source of those speeds (a bench that pauses decoding mid-turn pauses it too).
+        self.clock: Callable[[], float] = time.perf_counter
         self.enabled = True
         self.plain_left = 0  # plain tokens to go before re-probing
         self.backoff = self.policy.backoff_tokens
@@ -183,11 +191,19 @@ class Speculator:
         k = 8 if m >= 4.5 else 6 if m >= 3 else 5 if m >= 2.5 else 4
         return min(k, self.policy.k_max)
 
+    def _note_round(self, tokens: int, seconds: float) -> None:
+        seconds = max(seconds, 1e-9)
+        self.spec_tps.add(tokens / seconds)
+        d = self.RECENT_DECAY
+        self.recent = (d * self.recent[0] + tokens, d * self.recent[1] + seconds)
+
     def _check_speed(self) -> str | None:
         """Decide on/off from measured speeds; returns a reason when switching off."""
         if self.policy.mode != "auto" or self.plain_tps.n == 0 or self.spec_tps.n == 0:
             return None
-        ratio = self.spec_tps.value / self.plain_tps.value
+        tokens, seconds = self.recent
+        spec = tokens / seconds if seconds > 0 else self.spec_tps.value
+        ratio = spec / self.plain_tps.value
         if ratio < 1.0:
             self.check_every = self.policy.probe_rounds
             return f"measured speedup {ratio:.2f}x < 1"
@@ -211,7 +227,7 @@ class Speculator:
                 pending = yield from self._plain_phase(session, pending, params, constraint,
                                                        cancel)
                 continue
-            t0 = time.perf_counter()
+            t0 = self.clock()
             if draft is None:
                 draft = self._propose(session, session.tokens, params, constraint)
             if not draft.tokens and self._miss_runs_plain(params, constraint):
@@ -222,7 +238,7 @@ class Speculator:
                     made += 1
                     yield [tok], ["target"]
                     pending = tok
-                self.plain_tps.add(made / max(time.perf_counter() - t0, 1e-9))
+                self.plain_tps.add(made / max(self.clock() - t0, 1e-9))
                 self.plain_fresh = True
                 draft = found[0] if found else None
                 continue
@@ -231,7 +247,7 @@ class Speculator:
             yield emitted, [source] * n + ["target"] * (len(emitted) - n)
             # Every cost of a round counts: the drafter's catch-up, drafting, verifying, and
             # the consumer's handling of its tokens (plain tokens are timed the same way).
-            self.spec_tps.add(len(emitted) / max(time.perf_counter() - t0, 1e-9))
+            self._note_round(len(emitted), self.clock() - t0)
             pending = emitted[-1]
             self.rounds_since_check += 1
             if self.policy.mode == "auto" and self.rounds_since_check >= self.check_every:
@@ -248,14 +264,14 @@ class Speculator:
                      constraint: TokenConstraint | None, cancel: CancelToken):
         """Plain tokens for a speed probe or while speculation is off; returns the pending
         token. Timed like a round: from its start until the consumer asks for more."""
-        t0, made = time.perf_counter(), 0
+        t0, made = self.clock(), 0
         for tok in self._plain(session, pending, params, constraint,
                                self.probe_plain or self.plain_left, cancel):
             made += 1
             yield [tok], ["target"]
             pending = tok
         if made:
-            self.plain_tps.add(made / max(time.perf_counter() - t0, 1e-9))
+            self.plain_tps.add(made / max(self.clock() - t0, 1e-9))
         if self.probe_plain:
             self.probe_plain = 0
             reason = self._check_speed()

@@ -89,6 +89,25 @@ def naive_decode(lm: Any, prompt: list[int], tokens: int, k: int = 8) -> tuple[l
     return run.out[:tokens], run.tps()
 
 
+class PausedClock:
+    """`time.perf_counter` less the time spent paused: a speculator timing its own rounds
+    with it does not count the other loops' turns."""
+
+    def __init__(self) -> None:
+        self.away, self.since = 0.0, 0.0  # paused seconds so far; when the pause began (0: not)
+
+    def __call__(self) -> float:
+        return (self.since or time.perf_counter()) - self.away
+
+    def pause(self) -> None:
+        self.since = self.since or time.perf_counter()
+
+    def resume(self) -> None:
+        if self.since:
+            self.away += time.perf_counter() - self.since
+            self.since = 0.0
+
+
 @dataclass
 class Timed:
     """One decoding loop advanced slice by slice; only its own slices are timed, from after
@@ -98,12 +117,15 @@ class Timed:
     out: list[int] = field(default_factory=list)
     first: int = 0  # tokens in the first batch (not timed)
     elapsed: float = 0.0
+    clock: PausedClock | None = None  # paused between this loop's turns
 
     def advance(self, upto: int) -> None:
         import mlx.core as mx
 
         if len(self.out) >= upto:
             return
+        if self.clock is not None:
+            self.clock.resume()
         t0 = time.perf_counter()
         for batch in self.batches:
             self.out += batch
@@ -113,6 +135,8 @@ class Timed:
                 break
         mx.synchronize()  # work this loop queued is its own, not the next loop's
         self.elapsed += time.perf_counter() - t0
+        if self.clock is not None:
+            self.clock.pause()
 
     def finish(self) -> None:
         """Run the loop to its end, untimed (a session reports its stats there)."""
@@ -154,8 +178,10 @@ def bench_workload(lm: Any, cfg: Any, w: Workload, tokens: int) -> dict[str, Any
     prompt = render_chat(lm.tokenizer, [{"role": "user", "content": w.prompt_text()}])
     pstats: list = []
     ostats: list = []
+    spec = product_speculator(lm, cfg)
+    spec.clock = PausedClock()  # its speed checks must not see the other loops' turns
     runs = [Timed(_session_batches(lm, prompt, tokens, None, pstats)),
-            Timed(_session_batches(lm, prompt, tokens, product_speculator(lm, cfg), ostats)),
+            Timed(_session_batches(lm, prompt, tokens, spec, ostats), clock=spec.clock),
             Timed(naive_rounds(lm, prompt))]
     for upto in range(SLICE, tokens + SLICE, SLICE):
         for r in runs:
