@@ -2,7 +2,8 @@
 
 `verify_round` is one round, usable alone. `Speculator` drives rounds for a `Session`: it picks
 K from measured acceptance, stops drafting when speculation does not pay (and re-probes later),
-and keeps the figures for `GenerationStats`.
+and keeps the figures for `GenerationStats`. When prompt lookup has no draft, it decodes plain
+tokens on the pipelined path, asking the lookup after each one, until a draft appears.
 
 Exactness: greedy rounds emit the target's argmax at every position, so the output equals
 plain greedy decoding token for token. At temperature > 0 the acceptance rule below (Leviathan
