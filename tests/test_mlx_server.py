@@ -188,8 +188,8 @@ def test_embedded_model_through_mlx_server(embedded, tmp_path):
     server = MlxServer(export_mlx(embedded, tmp_path / "smol")).wait()
     try:
         repo = make_repo(tmp_path / "repo", SAMPLE)
-        cfg = full_auto(engine="openai", base_url=server.url, tool_format="text", max_tokens=24,
-                        max_turns=1)
+        cfg = full_auto(engine="openai", model="default", base_url=server.url, tool_format="text",
+                        max_tokens=24, max_turns=1)
         rt = Runtime(cfg, repo)
         rt.load()
         conv = rt.new_conversation()
@@ -223,7 +223,7 @@ def test_qwen_coder_chooses_a_tool_through_mlx_server(tmp_path):
         # Two tools keep the prompt short (the CPU prefill dominates this test's time).
         b = backend(server.url, max_tokens=40,
                     tools={n: TOOLS[n] for n in ("read_file", "list_files")})
-        rt = Runtime(full_auto(max_turns=2), repo, model=b)
+        rt = Runtime(full_auto(max_turns=2, edit_format="tool"), repo, model=b)
         events = list(rt.new_conversation().send(
             "Read the file calc.py with the read_file tool, then tell me what it contains."))
     finally:
