@@ -98,3 +98,33 @@ def test_penalized_sampling_is_exact(tiny_vocab_pair):
         counts[key] = counts.get(key, 0) + 1
     stat, df = _chi2(counts, want, n)
     assert df >= 3 and stat < _chi2_critical(df), (stat, df)
+
+
+@pytest.mark.parametrize("draft_vocab", [0, 64])
+def test_the_draft_model_applies_the_same_penalty(pair, draft_vocab):
+    """Its drafts are the penalized argmax, so with the penalty on they still agree with the
+    penalized target as often as without it (and the output equals plain)."""
+    from agent.engine.drafters import DraftModel
+
+    target, draft = pair
+    prompt = Session(target).render([{"role": "user", "content": "x = 1\nx = 1\nx = 1\n"}])
+    params = SamplingParams(repetition_penalty=1.5)
+    want, _, _ = run(Session(target), prompt, params=params, max_tokens=48, stop_tokens=set())
+    model = DraftModel(draft, draft_vocab=draft_vocab)
+    spec = Session(target, speculator=Speculator(model, SpecPolicy(mode="on", fixed_k=4)))
+    got, stats, _ = run(spec, prompt, params=params, max_tokens=48, stop_tokens=set())
+    assert got == want
+    if draft_vocab == 0:  # the controlled pair's draft is the target's first layers
+        assert stats.accepted / stats.drafted > 0.5
+    # the draft's penalty is the target's, column for column (restricted head: its own ids)
+    vocab = model.vocab_limit
+    full = mx.random.normal((1, vocab))
+    recent = [0, 1, 3, 70, 5000 % vocab]
+    want_row = penalize(full, recent, [], params)
+    if model.head is None:
+        got_row = model._penalized(full, recent, params)
+        np.testing.assert_allclose(np.array(got_row), np.array(want_row), rtol=1e-6)
+    else:
+        ids = np.array(model.head.real_ids(mx.arange(model.head.size)))
+        got_row = model._penalized(full[:, mx.array(ids)], recent, params)
+        np.testing.assert_allclose(np.array(got_row), np.array(want_row)[:, ids], rtol=1e-6)

@@ -105,10 +105,25 @@ class DraftModel:
             todo = todo[-1:]
         return todo
 
+    def _penalized(self, logits: mx.array, recent: Sequence[int], params: SamplingParams) -> mx.array:
+        """The repetition penalty on one draft position's (1, m) logits, as `sampling.penalize`
+        applies it to the target's (the same tokens, the same factor), over the restricted
+        head's columns when there is one."""
+        window = {t for t in recent[-params.repetition_window:] if 0 <= t < self.vocab_limit}
+        if not window or params.repetition_window <= 0:
+            return logits
+        hit = mx.zeros((self.vocab_limit,), dtype=mx.bool_)
+        hit[mx.array(sorted(window), dtype=mx.int32)] = True
+        cols = hit[: logits.shape[-1]] if self.head is None else self.head.columns(hit[None])[0]
+        p = params.repetition_penalty
+        return mx.where(cols, mx.where(logits < 0, logits * p, logits / p), logits)
+
     def _step(self, inp: mx.array, toks: list[mx.array], params: SamplingParams,
-              constraint: TokenConstraint | None) -> tuple[mx.array, mx.array] | None:
+              constraint: TokenConstraint | None,
+              history: Sequence[int] = ()) -> tuple[mx.array, mx.array] | None:
         """Queue one draft step: (token, log-probs it was drawn from), over the restricted
-        head's ids when there is one; None when the constraint allows none of those ids."""
+        head's ids when there is one; None when the constraint allows none of those ids.
+        With a repetition penalty, `history` + this round's drafts are the tokens before it."""
         width, head, mask = self.vocab_limit, self.head, None
         if constraint is not None:  # checked before feeding, so the cache matches `fed`
             mask = _fit_width(constraint.masks([int(t.item()) for t in toks])[-1:], width)
@@ -121,6 +136,8 @@ class DraftModel:
         else:
             hidden = self.lm.model.model(inp[None], cache=self.cache.cache)[0, -1:]
             logits = head.logits(hidden)
+        if params.penalized:  # the draft applies the target's penalty, so its drafts land
+            logits = self._penalized(logits, [*history, *(int(t.item()) for t in toks)], params)
         logits = apply_mask(logits, mask)
         if params.greedy:
             lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
@@ -146,7 +163,7 @@ class DraftModel:
         keep = k
         inp: mx.array = mx.array(todo, dtype=mx.uint32)
         for i in range(k):
-            step = self._step(inp, toks, params, constraint)
+            step = self._step(inp, toks, params, constraint, history)
             if step is None:  # nothing the grammar allows is in the restricted head
                 keep = i
                 break
