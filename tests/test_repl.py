@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import _thread
 import io
+import signal
 import threading
 import time
 from dataclasses import replace
@@ -216,7 +217,7 @@ def test_a_cancelled_message_keeps_the_conversation_usable(git_repo, repls):
                      ("assistant", "Fine.")]
 
 
-def test_ctrl_c_while_generating_cancels(git_repo, repls):
+def test_ctrl_c_while_generating_cancels(git_repo, repls, request):
     class Waits(ScriptedModel):  # decodes until cancelled, as the engine does between rounds
         def generate(self, messages, cancel=None):
             if len(self.seen) > 0:
@@ -231,6 +232,10 @@ def test_ctrl_c_while_generating_cancels(git_repo, repls):
 
     repl = make(git_repo, [], model=Waits(["Again."]))
     repls.append(repl)
+    # interrupt_main does nothing while SIGINT is ignored, as it is for a job started in the
+    # background (`cmd &`, nohup): give this test Python's own handler, as a terminal has.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    request.addfinalizer(lambda: signal.signal(signal.SIGINT, previous))
     threading.Thread(target=lambda: (repl.out.wait_for("Working"), _thread.interrupt_main())).start()
     repl.handle_line("go")  # the Ctrl+C (SIGINT's KeyboardInterrupt) arrives here
     assert "(cancelling…)" in repl.out.getvalue() and "(cancelled)" in repl.out.getvalue()
