@@ -18,7 +18,7 @@ import mlx.core as mx
 
 from .draft_head import RestrictedHead
 from .loading import LoadedModel
-from .sampling import SamplingParams, apply_mask, log_probs
+from .sampling import SamplingParams, apply_mask, apply_penalty, log_probs, penalized_ids
 from .step import TokenConstraint, common_prefix, forward, prefill
 
 
@@ -109,14 +109,10 @@ class DraftModel:
         """The repetition penalty on one draft position's (1, m) logits, as `sampling.penalize`
         applies it to the target's (the same tokens, the same factor), over the restricted
         head's columns when there is one."""
-        window = {t for t in recent[-params.repetition_window:] if 0 <= t < self.vocab_limit}
-        if not window or params.repetition_window <= 0:
-            return logits
-        hit = mx.zeros((self.vocab_limit,), dtype=mx.bool_)
-        hit[mx.array(sorted(window), dtype=mx.int32)] = True
-        cols = hit[: logits.shape[-1]] if self.head is None else self.head.columns(hit[None])[0]
-        p = params.repetition_penalty
-        return mx.where(cols, mx.where(logits < 0, logits * p, logits / p), logits)
+        hit = penalized_ids(recent, self.vocab_limit, params)
+        if hit is not None:
+            hit = hit[: logits.shape[-1]] if self.head is None else self.head.columns(hit[None])[0]
+        return apply_penalty(logits, hit, params)
 
     def _step(self, inp: mx.array, toks: list[mx.array], params: SamplingParams,
               constraint: TokenConstraint | None,

@@ -79,6 +79,26 @@ def log_probs(logits: mx.array, p: SamplingParams) -> mx.array:
     return lp
 
 
+def penalized_ids(before: Sequence[int], width: int, p: SamplingParams) -> mx.array | None:
+    """(width,) bool: the ids among the last `repetition_window` of `before` (the tokens before
+    a position); None when there are none. Ids beyond `width` are ignored."""
+    recent = before[-p.repetition_window:] if p.repetition_window > 0 else ()
+    ids = sorted({t for t in recent if 0 <= t < width})
+    if not ids:
+        return None
+    hit = mx.zeros((width,), dtype=mx.bool_)
+    hit[mx.array(ids, dtype=mx.int32)] = True
+    return hit
+
+
+def apply_penalty(logits: mx.array, hit: mx.array | None, p: SamplingParams) -> mx.array:
+    """`logits` divided by the penalty where `hit` is True (multiplied where negative)."""
+    if hit is None:
+        return logits
+    r = p.repetition_penalty
+    return mx.where(hit, mx.where(logits < 0, logits * r, logits / r), logits)
+
+
 def penalize(logits: mx.array, history: Sequence[int], draft: Sequence[int],
              p: SamplingParams) -> mx.array:
     """(n, V) logits with the repetition penalty applied: row i is the position after
@@ -86,19 +106,10 @@ def penalize(logits: mx.array, history: Sequence[int], draft: Sequence[int],
     Ids beyond the logits' width are ignored."""
     if not p.penalized:
         return logits
-    width, rows = logits.shape[-1], []
+    width = logits.shape[-1]
     seq = list(history[-p.repetition_window:]) if p.repetition_window > 0 else []
-    for i in range(logits.shape[0]):
-        recent = (seq + list(draft[:i]))[-p.repetition_window:] if p.repetition_window > 0 else []
-        ids = sorted({t for t in recent if 0 <= t < width})
-        row = logits[i]
-        if ids:
-            idx = mx.array(ids, dtype=mx.int32)
-            vals = row[idx]
-            vals = mx.where(vals < 0, vals * p.repetition_penalty, vals / p.repetition_penalty)
-            row = mx.put_along_axis(row, idx, vals.astype(row.dtype), axis=-1)
-        rows.append(row)
-    return mx.stack(rows)
+    return mx.stack([apply_penalty(logits[i], penalized_ids(seq + list(draft[:i]), width, p), p)
+                     for i in range(logits.shape[0])])
 
 
 def apply_mask(logits: mx.array, mask: mx.array | None) -> mx.array:
