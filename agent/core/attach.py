@@ -36,6 +36,9 @@ IDENT = re.compile(r"`([^`\s]+)`|(?<![\w.])([A-Za-z_]\w*)(?![\w.])")
 MAX_SYMBOLS = 6  # code names looked up per message
 MAX_SCANNED = 400  # files searched for them
 MAX_HITS = 24  # lines shown
+# What the agent adds after the text a person typed, in this order.
+ADDED = ("\n\nFiles in the repository:", "\n\nWhere the names in the message occur:",
+         "\n\nAttached files:")
 
 
 def repo_files(ctx: Any) -> list[str]:
@@ -46,29 +49,31 @@ def repo_files(ctx: Any) -> list[str]:
 
 
 def attach_mentions(text: str, ctx: Any, plain: bool = False,
-                    preface: str = "") -> tuple[str, list[str]]:
+                    listing: bool = False) -> tuple[str, list[str]]:
     """`text` with the contents of every `@path` naming a repository file appended (and, with
-    `plain`, of every repository file the text names without `@`); returns (message, attached
-    paths). A file already attached to `text` is not attached again. `preface` (e.g. a file
-    listing) goes between the text and the attachments."""
+    `plain`, of every repository file the text names without `@`, and the lines and files
+    where its code names occur); returns (message, attached paths). A file already attached to
+    `text` is not attached again. `listing`: the repository's files are listed between the
+    text and the attachments (a conversation's first message)."""
     files = repo_files(ctx)
     known = set(files)
     explicit = [m.group(1).rstrip(".,;:") for m in MENTION.finditer(text)]
     wanted = [p for p in explicit if p in known]
+    preface = [file_listing(files)] if listing and files else []
+    found: dict[str, str] = {}  # files read while looking up names: path -> text
     if plain:
         named = _named(text, files, known)
         # Names are looked up in the files the message does not name (those come whole).
         others = [f for f in files if f not in named and f not in wanted]
-        hits, where = symbol_hits(ctx.root, others, symbols(text))
-        wanted += list(dict.fromkeys(named + where))[:MAX_MENTIONED]
+        hits, found = symbol_hits(ctx.root, others, symbols(text))
+        wanted += list(dict.fromkeys(named + list(found)))[:MAX_MENTIONED]
         if hits:
-            preface = "\n\n".join(x for x in (preface, ADDED[1].strip() + "\n"
-                                              + "\n".join(hits)) if x)
+            preface.append(ADDED[1].strip() + "\n" + "\n".join(hits))
     attached, blocks, total = [], [], 0
     for path in dict.fromkeys(wanted):
         if f'<file path="{path}">' in text:
             continue
-        content = attachment(ctx.root, path)
+        content = found[path] if path in found else attachment(ctx.root, path)
         if content is None:
             continue
         if path not in explicit and total + len(content) > MAX_MENTIONED_CHARS:
@@ -76,15 +81,10 @@ def attach_mentions(text: str, ctx: Any, plain: bool = False,
         total += len(content) if path not in explicit else 0
         attached.append(path)
         blocks.append(f'<file path="{path}">\n{content}\n</file>')
-    text = f"{text}\n\n{preface}" if preface else text
+    text = "\n\n".join([text, *preface])
     if not blocks:
         return text, []
     return text + ADDED[2] + "\n" + "\n".join(blocks), attached
-
-
-# What the agent adds after the text a person typed, in this order.
-ADDED = ("\n\nFiles in the repository:", "\n\nWhere the names in the message occur:",
-         "\n\nAttached files:")
 
 
 def typed_text(message: str) -> str:
@@ -109,31 +109,28 @@ def symbols(text: str) -> list[str]:
     return list(dict.fromkeys(out))[:MAX_SYMBOLS]
 
 
-def symbol_hits(root: Path, files: list[str], names: list[str]) -> tuple[list[str], list[str]]:
+def symbol_hits(root: Path, files: list[str], names: list[str]) -> tuple[list[str], dict[str, str]]:
     """(`path:line: text` for each line of a repository file with one of `names` as a whole
-    word, at most MAX_HITS; the files those lines are in, in order)."""
+    word, at most MAX_HITS; the files those lines are in, in order, with their text)."""
     if not names:
-        return [], []
+        return [], {}
     pattern = re.compile(r"\b(?:" + "|".join(map(re.escape, names)) + r")\b")
     hits: list[str] = []
-    where: list[str] = []
+    where: dict[str, str] = {}
     for path in files[:MAX_SCANNED]:
         content = attachment(root, path)
         if content is None or not pattern.search(content):
             continue
-        where.append(path)
+        where[path] = content
         for no, line in enumerate(content.splitlines(), 1):
             if len(hits) < MAX_HITS and pattern.search(line):
                 hits.append(f"{path}:{no}: {line.strip()[:160]}")
     return hits, where
 
 
-def file_listing(ctx: Any, limit: int = MAX_LISTED) -> str:
-    """One line naming the repository's files (git's view), at most `limit` of them, for the
-    first message of a conversation: a small model then knows which files exist."""
-    files = repo_files(ctx)
-    if not files:
-        return ""
+def file_listing(files: list[str], limit: int = MAX_LISTED) -> str:
+    """One line naming the repository's `files`, at most `limit` of them, for the first
+    message of a conversation: a small model then knows which files exist."""
     shown = ", ".join(files[:limit])
     more = f" (and {len(files) - limit} more)" if len(files) > limit else ""
     return f"{ADDED[0].strip()} {shown}{more}."

@@ -32,7 +32,7 @@ from .budget import Budget
 from .snapshots import SnapshotError, SnapshotStore
 from .callformat import ParsedCall, format_result, parse_calls, strip_calls
 from .preview import approval_request, scope_keys
-from .attach import ATTACHED, attach_mentions, file_listing
+from .attach import ATTACHED, attach_mentions
 from .prompt import system_prompt
 from .wholefile import judge, parse_blocks
 
@@ -151,8 +151,7 @@ class Conversation:
             self._warned = True
             yield Warning(self.git.warning)
         if self.cfg.attach_mentioned:
-            listing = file_listing(self.ctx) if self.user_messages == 0 else ""
-            text, _ = attach_mentions(text, self.ctx, plain=True, preface=listing)
+            text, _ = attach_mentions(text, self.ctx, plain=True, listing=self.user_messages == 0)
         self._append({"role": "user", "content": text})
         for turn in range(1, self.cfg.max_turns + 1):
             run.turn = turn
