@@ -5,24 +5,14 @@ decoding, and consistent caches when a turn ends inside such a run of plain toke
 from __future__ import annotations
 
 import pytest
+from test_drafters import _generate
 
 import agent.engine.speculative as speculative
 from agent.engine.drafters import PromptLookup
 from agent.engine.session import Session
 from agent.engine.speculative import SpecPolicy, Speculator
-from agent.events import GenerationStats, TextDelta
 
 COPY = "def read(path):\n    with open(path) as f:\n        return f.read()\n" * 2
-
-
-def _run(session: Session, prompt: list[int], n: int) -> tuple[list[int], GenerationStats]:
-    out, stats = [], None
-    for ev in session.generate(prompt, max_tokens=n, stop_tokens=set()):
-        if isinstance(ev, TextDelta):
-            out += ev.tokens
-        elif isinstance(ev, GenerationStats):
-            stats = ev
-    return out, stats
 
 
 @pytest.mark.parametrize("mode", ["on", "auto"])
@@ -36,9 +26,9 @@ def test_misses_decode_plain_until_a_draft_and_stay_identical(llama, monkeypatch
 
     monkeypatch.setattr(speculative, "verify_round", counted)
     prompt = Session(llama).render([{"role": "user", "content": COPY + "Copy it."}])
-    want, _ = _run(Session(llama), prompt, 120)
+    want, _ = _generate(Session(llama), prompt, 120)
     spec = Speculator(PromptLookup(), SpecPolicy(mode=mode))
-    got, stats = _run(Session(llama, speculator=spec), prompt, 120)
+    got, stats = _generate(Session(llama, speculator=spec), prompt, 120)
     assert got == want
     assert stats.rounds > 0 and len(widths) == stats.rounds
     assert min(widths) > 0  # every verify pass carried drafts
@@ -52,8 +42,8 @@ def test_a_turn_ending_inside_a_plain_run_leaves_consistent_caches(llama):
     history = [{"role": "user", "content": COPY + "Copy it."}]
     for turn, n in enumerate((1, 2, 5, 9, 40)):
         prompt = warm.render(history)
-        got, stats = _run(warm, prompt, n)
-        want, _ = _run(Session(llama), prompt, n)
+        got, stats = _generate(warm, prompt, n)
+        want, _ = _generate(Session(llama), prompt, n)
         assert got == want, turn
         assert warm.tcache.consistent() and warm.tcache.offset <= len(warm.tokens)
         if turn:
