@@ -87,7 +87,7 @@ def parse_blocks(text: str, default: str = "") -> list[FileBlock]:
     for m in FILE_BLOCK.finditer(text):
         out[m.group(1).removeprefix("./")] = m.group(2) + "\n"
     lines = text.split("\n")
-    unnamed: list[str] = []
+    unnamed: list[tuple[str, str]] = []  # (fence language, body) of blocks without a path
     i = 0
     while i < len(lines):
         m = FENCE.match(lines[i].strip())
@@ -128,7 +128,7 @@ def judge(block: FileBlock, root: Path) -> str:
         old = target.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return f"{block.path} is not a text file this format can rewrite"
-    if old == block.content or old.rstrip("\n") == block.content.rstrip("\n"):
+    if old.rstrip("\n") == block.content.rstrip("\n"):
         return "same"
     old_lines, new_lines = old.count("\n") + 1, block.content.count("\n") + 1
     if old_lines >= MIN_LINES and new_lines * 2 < old_lines:
