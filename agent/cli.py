@@ -109,6 +109,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--tokens", type=int, help="tokens per workload")
     bench.add_argument("--subset", choices=["all", "tune", "check"], default="all",
                        help="lookup: tune workloads (guide the drafter) or held-out check ones")
+    bench.add_argument("--through-eos", action="store_true",
+                       help="lookup: decode exactly --tokens tokens, past the end of the reply")
     bench.add_argument("--pair", choices=["auto", "qwen-coder", "controlled"], default="auto",
                        help="spec: the trained Qwen2.5-Coder pair from the store or the "
                        "controlled synthetic pair (auto: trained when pulled, not with --quick)")

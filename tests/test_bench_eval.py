@@ -28,12 +28,24 @@ def test_naive_loop_is_greedy_identical_to_plain(llama):
     assert got == want and tps > 0
 
 
+def test_naive_loop_ends_before_a_stop_token_like_the_session(llama):
+    prompt = Session(llama).render([{"role": "user", "content": "abc abc abc abc " * 4}])
+    free, _ = bench_lookup.naive_decode(llama, prompt, 40)
+    stop = frozenset({free[11]})  # a token the reply reaches: it ends there, excluded
+    got, _ = bench_lookup.naive_decode(llama, prompt, 40, stop=stop)
+    want = []
+    for ev in Session(llama).generate(prompt, max_tokens=40, stop_tokens=set(stop)):
+        if isinstance(ev, TextDelta):
+            want += ev.tokens
+    assert got == want == free[: free.index(free[11])]
+
+
 def test_bench_workload_interleaves_three_exact_loops(llama):
     from agent.config import Config
 
     w = bench_lookup.Workload("w", "tune", "python", "a.py", "Copy it.", "x = 1\ny = 2\n" * 4)
-    row = bench_lookup.bench_workload(llama, Config(), w, 45)
-    assert row["ours_identical"] and row["naive_identical"]
+    row = bench_lookup.bench_workload(llama, Config(), w, 45, through_eos=True)
+    assert row["ours_identical"] and row["naive_identical"] and row["tokens"] == 45
     assert row["plain_tps"] > 0 and row["ours_tps"] > 0 and row["naive_tps"] > 0
 
 

@@ -6,10 +6,12 @@ plain, ...), each timed over its own turns only, so that load from other process
 all three alike: plain greedy decoding (the product's `Session`), the product's lookup
 speculation (the drafter and policy that `make_speculator` builds by default), and
 `naive_rounds`: n-gram n=3 falling back to 2 and 1, the most recent earlier occurrence, fixed
-K=8, greedy, written as the short loop it is. All three emit exactly `tokens` tokens (EOS
-does not stop them) and must be token-identical. Speedups are decode tok/s (after each
-loop's first batch) over plain; the summary gives the geometric mean per subset
-(`tune` workloads guided the drafter; `check` workloads are held out).
+K=8, greedy, written as the short loop it is. Each decodes the model's reply, as the product
+does: up to its end-of-turn token or `tokens` tokens, whichever comes first (`through_eos`
+decodes exactly `tokens` tokens instead, past the reply into text nobody would see). The three
+must be token-identical. Speedups are decode tok/s (after each loop's first batch) over
+plain; the summary gives the geometric mean per subset (`tune` workloads guided the drafter;
+`check` workloads are held out).
 """
 
 from __future__ import annotations
@@ -59,9 +61,10 @@ def naive_draft(seq: list[int], k: int) -> list[int]:
     return []
 
 
-def naive_rounds(lm: Any, prompt: list[int], k: int = 8) -> Iterator[list[int]]:
-    """The naive loop, endless: draft by `naive_draft`, verify in one pass, yield the agreeing
-    prefix and the target's next token."""
+def naive_rounds(lm: Any, prompt: list[int], k: int = 8,
+                 stop: frozenset[int] = frozenset()) -> Iterator[list[int]]:
+    """The naive loop: draft by `naive_draft`, verify in one pass, yield the agreeing prefix
+    and the target's next token; ends before the first token in `stop` (endless without)."""
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
@@ -78,13 +81,19 @@ def naive_rounds(lm: Any, prompt: list[int], k: int = 8) -> Iterator[list[int]]:
             n += 1
         trim_prompt_cache(cache, len(draft) - n)
         new = [*draft[:n], best[n]]
+        ended = [i for i, t in enumerate(new) if t in stop]
+        if ended:  # the stop token ends the reply and is not part of it
+            if ended[0]:
+                yield new[: ended[0]]
+            return
         seq += new
         yield new
 
 
-def naive_decode(lm: Any, prompt: list[int], tokens: int, k: int = 8) -> tuple[list[int], float]:
-    """`tokens` tokens of the naive loop, and its decode tok/s after the first round."""
-    run = Timed(naive_rounds(lm, prompt, k))
+def naive_decode(lm: Any, prompt: list[int], tokens: int, k: int = 8,
+                 stop: frozenset[int] = frozenset()) -> tuple[list[int], float]:
+    """Up to `tokens` tokens of the naive loop, and its decode tok/s after the first round."""
+    run = Timed(naive_rounds(lm, prompt, k, stop))
     run.advance(tokens)
     return run.out[:tokens], run.tps()
 
@@ -148,12 +157,12 @@ class Timed:
 
 
 def _session_batches(lm: Any, prompt: list[int], tokens: int, speculator: Any,
-                     stats: list) -> Iterator[list[int]]:
+                     stats: list, stop: frozenset[int]) -> Iterator[list[int]]:
     from ..engine.session import Session
     from ..events import GenerationStats, SpeculationChanged, TextDelta
 
     session = Session(lm, speculator=speculator)
-    for ev in session.generate(prompt, max_tokens=tokens, stop_tokens=set()):
+    for ev in session.generate(prompt, max_tokens=tokens, stop_tokens=set(stop)):
         if isinstance(ev, TextDelta) and ev.tokens:
             yield list(ev.tokens)
         elif isinstance(ev, (GenerationStats, SpeculationChanged)):
@@ -169,7 +178,8 @@ def product_speculator(lm: Any, cfg: Any) -> Any:
     return make_speculator(replace(cfg, drafter="lookup", draft_model=""), lm, None)
 
 
-def bench_workload(lm: Any, cfg: Any, w: Workload, tokens: int) -> dict[str, Any]:
+def bench_workload(lm: Any, cfg: Any, w: Workload, tokens: int,
+                   through_eos: bool = False) -> dict[str, Any]:
     """Plain, ours and naive advanced in turns, `SLICE` tokens at a time, so that load from
     other processes falls on all three alike even when it changes within seconds."""
     from ..engine.session import render_chat
@@ -180,9 +190,10 @@ def bench_workload(lm: Any, cfg: Any, w: Workload, tokens: int) -> dict[str, Any
     ostats: list = []
     spec = product_speculator(lm, cfg)
     spec.clock = PausedClock()  # its speed checks must not see the other loops' turns
-    runs = [Timed(_session_batches(lm, prompt, tokens, None, pstats)),
-            Timed(_session_batches(lm, prompt, tokens, spec, ostats), clock=spec.clock),
-            Timed(naive_rounds(lm, prompt))]
+    stop = frozenset() if through_eos else frozenset(lm.eos_ids)
+    runs = [Timed(_session_batches(lm, prompt, tokens, None, pstats, stop)),
+            Timed(_session_batches(lm, prompt, tokens, spec, ostats, stop), clock=spec.clock),
+            Timed(naive_rounds(lm, prompt, stop=stop))]
     for upto in range(SLICE, tokens + SLICE, SLICE):
         for r in runs:
             r.advance(min(upto, tokens))
@@ -192,7 +203,7 @@ def bench_workload(lm: Any, cfg: Any, w: Workload, tokens: int) -> dict[str, Any
     p, o, n = (r.tps() for r in runs)
     st = ostats[-1]
     offs = sum(1 for e in ostats if isinstance(e, SpeculationChanged) and not e.enabled)
-    return dict(workload=w.name, subset=w.subset, prompt_tokens=len(prompt),
+    return dict(workload=w.name, subset=w.subset, prompt_tokens=len(prompt), tokens=len(plain),
                 plain_tps=p, ours_tps=o, naive_tps=n, ours_speedup=o / p, naive_speedup=n / p,
                 ours_acceptance=st.acceptance_rate, ours_mean_accepted=st.mean_accepted,
                 ours_auto_off=offs, ours_identical=ours == plain, naive_identical=naive == plain)
@@ -215,19 +226,21 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def run(lm: Any, cfg: Any, subset: str, tokens: int, log: Callable[[str], None]) -> dict[str, Any]:
+def run(lm: Any, cfg: Any, subset: str, tokens: int, log: Callable[[str], None],
+        through_eos: bool = False) -> dict[str, Any]:
     from ..engine.blas import loaded_blas
 
     rows = []
     for w in load_workloads(subset):
-        rows.append(bench_workload(lm, cfg, w, tokens))
+        rows.append(bench_workload(lm, cfg, w, tokens, through_eos))
         r = rows[-1]
-        log(f"  {r['workload']:22} {r['subset']:5} plain {r['plain_tps']:5.1f} tok/s | ours "
+        log(f"  {r['workload']:22} {r['subset']:5} {r['tokens']:3} tokens, plain "
+            f"{r['plain_tps']:5.1f} tok/s | ours "
             f"{r['ours_speedup']:4.2f}x (acc {r['ours_acceptance']:.2f}) | naive "
             f"{r['naive_speedup']:4.2f}x | identical {r['ours_identical']}/{r['naive_identical']}"
             + (f" | auto-off x{r['ours_auto_off']}" if r["ours_auto_off"] else ""))
-    return dict(model=lm.name, blas=loaded_blas(), tokens=tokens, summary=summarize(rows),
-                workloads=rows)
+    return dict(model=lm.name, blas=loaded_blas(), tokens=tokens, through_eos=through_eos,
+                summary=summarize(rows), workloads=rows)
 
 
 def main(args, cfg) -> int:
@@ -235,8 +248,9 @@ def main(args, cfg) -> int:
 
     lm = load_model(cfg.model, device=cfg.device)  # a model not pulled: one line, exit 2
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-    tokens = args.tokens or (48 if args.quick else 200)
-    result = run(lm, cfg, getattr(args, "subset", "all"), tokens, log)
+    tokens = args.tokens or (48 if args.quick else 400)
+    result = run(lm, cfg, getattr(args, "subset", "all"), tokens, log,
+                 getattr(args, "through_eos", False))
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
