@@ -37,7 +37,9 @@ class Config:
     speculation: str = "auto"  # auto | on | off
     drafter: str = "auto"  # auto | model | lookup | combined
     num_draft_tokens: int = 0  # 0 = adaptive K
-    draft_confidence: float = 0.3  # the draft model stops a round below this top probability
+    # The draft model ends a round once its own estimate that all the round's drafts are right
+    # (the product of its top probabilities) falls below this; 0 = fixed-length rounds.
+    draft_confidence: float = 0.5
     draft_vocab: int = 32768  # draft head over the first N ids + ids seen; 0 = full head
     temperature: float = 0.0
     top_p: float = 1.0

@@ -311,6 +311,87 @@ def test_draft_stops_early_when_unsure(pair):
     assert stats.drafted == stats.rounds  # the first token of a round is always drafted
 
 
+def _draft_top_probs(draft: LoadedModel, history: list[int], n: int) -> tuple[list[int], list[float]]:
+    """The draft's own greedy continuation of `history`, step by step on a fresh cache, with
+    the top probability of each step."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from agent.engine.step import forward, prefill
+
+    cache = make_prompt_cache(draft.model)
+    prefill(draft.model, history[:-1], cache)
+    toks, probs, last = [], [], history[-1]
+    for _ in range(n):
+        lp = forward(draft.model, [last], cache)[-1, : draft.vocab_size]
+        lp = lp - mx.logsumexp(lp)
+        last = int(mx.argmax(lp).item())
+        toks.append(last)
+        probs.append(math.exp(mx.max(lp).item()))
+    return toks, probs
+
+
+def test_draft_round_ends_where_its_confidence_product_falls_below_the_floor(pair):
+    """A round drafts while the product of the draft's top probabilities stays at or above the
+    floor, proposes the step that falls below it, and computes no step after that."""
+    _, draft = pair
+    history = Session(draft).render([{"role": "user", "content": "floor"}])
+    toks, probs = _draft_top_probs(draft, history, 12)
+    sure = [math.prod(probs[: i + 1]) for i in range(12)]
+    for stop_at in (1, 3):  # a floor between the products after step stop_at and the next
+        assert sure[stop_at] < sure[stop_at - 1]
+        floor = math.sqrt(sure[stop_at] * sure[stop_at - 1])
+        dm = DraftModel(draft, min_confidence=floor)
+        assert dm.stops_itself
+        got = dm.propose(history, 12, SamplingParams())
+        assert got.tokens == toks[: stop_at + 1]
+        assert len(dm.fed) == len(history) + stop_at  # no draft step past the stop was fed
+    full = DraftModel(draft, min_confidence=0.0).propose(history, 12, SamplingParams())
+    assert full.tokens == toks  # without a floor: exactly K
+
+
+def test_a_draft_that_stops_itself_drafts_up_to_the_cap(pair):
+    target, draft = pair
+    spec = Speculator(DraftModel(draft, min_confidence=0.5), SpecPolicy(confident_k_max=11))
+    assert spec.k_for("model") == 11
+    pinned = Speculator(DraftModel(draft, min_confidence=0.5), SpecPolicy(fixed_k=3))
+    assert pinned.k_for("model") == 3
+    assert Speculator(DraftModel(draft), SpecPolicy()).k_for("model") == 5  # adaptive, unmeasured
+    prompt = Session(target).render([{"role": "user", "content": PROMPTS[0]}])
+    want, _, _ = run(Session(target), prompt, max_tokens=40, stop_tokens=set())
+    got, stats, _ = run(Session(target, speculator=spec), prompt, max_tokens=40, stop_tokens=set())
+    assert got == want and stats.drafted > 0
+
+
+def test_a_round_accepted_in_full_costs_the_next_one_only_k_draft_steps(pair):
+    """After a round accepted in full the draft has two tokens to catch up on (its last draft
+    and the target's token); the next round's first step feeds both: K forward passes a round."""
+    import dataclasses
+
+    _, draft = pair
+    fed: list[int] = []
+
+    class Counting:
+        def __init__(self, model):
+            self.model_ = model
+
+        def __call__(self, x, cache=None):
+            fed.append(x.shape[-1])
+            return self.model_(x, cache=cache)
+
+        def __getattr__(self, name):
+            return getattr(self.model_, name)
+
+    dm = DraftModel(draft)
+    dm.lm = dataclasses.replace(draft, model=Counting(draft.model))
+    spec = Speculator(dm, SpecPolicy(mode="on", fixed_k=4))
+    prompt = Session(draft).render([{"role": "user", "content": PROMPTS[1]}])
+    # The draft verifies itself, so every draft is accepted: rounds of 4 drafts + 1.
+    got, stats, _ = run(Session(draft, speculator=spec), prompt, max_tokens=15,
+                        stop_tokens=set())
+    assert stats.accepted == stats.drafted == 4 * stats.rounds and stats.rounds >= 3
+    assert fed == [1, 1, 1, 1] + [2, 1, 1, 1] * (stats.rounds - 1)
+
+
 # ---- review fixes: constrained speculation, wider drafts, caches that cannot rewind ------
 
 

@@ -53,7 +53,8 @@ class DraftModel:
         self.cache = ModelCache(lm)
         self.fed: list[int] = []  # tokens in the draft cache (a prefix of the history)
         self.synced = 0  # fed[:synced] is known to be history
-        # Stop drafting once the draft's own top probability falls below this.
+        # Stop drafting once the draft's own estimate that all of this round's drafts are
+        # right (the product of its top probabilities) falls below this.
         self.min_confidence = min_confidence
         # Propose only ids the target has (the target's embedding may be narrower).
         self.vocab_limit = vocab_limit or lm.vocab_size
@@ -61,6 +62,11 @@ class DraftModel:
         # history (None: the full head, or a model class the restricted head does not fit).
         self.head = RestrictedHead.build(lm.model, draft_vocab, self.vocab_limit)
         self.scanned = 0  # history[:scanned] has had its ids added to the head
+
+    @property
+    def stops_itself(self) -> bool:
+        """Does a round end where the draft's confidence runs out (so K is only a cap)?"""
+        return self.min_confidence > 0
 
     def rewind_to(self, n: int) -> None:
         # min with len(fed): a round interrupted inside `propose` fed the cache beyond `fed`.
@@ -88,17 +94,17 @@ class DraftModel:
         self.synced = self.cache.offset
         return list(history[self.cache.offset :])
 
-    def _unsure(self, lps: list[mx.array], j: int) -> bool:
-        """Was draft step j (j >= 1) below the confidence floor? (Reads one value.)"""
-        if j < 1 or self.min_confidence <= 0:
-            return False
-        return math.exp(mx.max(lps[j]).item()) < self.min_confidence
+    # Tokens to catch up on that the round's first draft step feeds along with the pending
+    # one (after a round accepted in full: the last draft and the target's token), instead
+    # of a forward pass of their own; a longer catch-up is prefilled first.
+    FIRST_STEP_MAX = 8
 
     def prepare(self, history: Sequence[int]) -> list[int]:
-        """Catch the cache up with `history` but its last token (a new prompt, tool output, or
-        tokens decoded while drafting was off); returns the one token left to feed."""
+        """Catch the cache up with `history` (a new prompt, tool output, tokens decoded while
+        drafting was off) but its last few tokens; returns the tokens left to feed, which end
+        with the pending one."""
         todo = self._sync(history)
-        if len(todo) > 1:
+        if len(todo) > self.FIRST_STEP_MAX:
             prefill(self.lm.model, todo[:-1], self.cache.cache)
             self.fed.extend(todo[:-1])
             self.synced = len(self.fed)
@@ -151,38 +157,36 @@ class DraftModel:
         if self.head is not None:  # every id of the history so far can be proposed
             self.head.add(history[min(self.scanned, len(history)) :])
             self.scanned = len(history)
-        # Steps are queued with async_eval and fed to each other as lazy arrays: Python never
-        # waits on a draft step, except to read the previous step's confidence (one behind,
-        # so the current step computes meanwhile) or the token values a constraint needs.
+        # Steps are fed to each other as lazy arrays. With a confidence floor, each step's top
+        # probability is read before the next is queued: a step past the floor is never
+        # computed, since a draft step costs a sizeable part of a target step. Every token
+        # computed is proposed (verifying one more token costs little).
         toks: list[mx.array] = []
         lps: list[mx.array] = []
-        keep = k
+        sure = 1.0  # the draft's own estimate that every token so far is right
         inp: mx.array = mx.array(todo, dtype=mx.uint32)
         for i in range(k):
             step = self._step(inp, toks, params, constraint, history)
             if step is None:  # nothing the grammar allows is in the restricted head
-                keep = i
                 break
             toks.append(step[0])
             lps.append(step[1])
-            # Stop early where the draft itself is unsure: such tokens are rarely accepted.
-            if self._unsure(lps, i - 1):
-                keep = i - 1
-                break
+            if self.min_confidence > 0 and i + 1 < k:
+                sure *= math.exp(mx.max(step[1]).item())
+                if sure < self.min_confidence:
+                    break
             inp = step[0]
-        else:
-            if self._unsure(lps, k - 1):
-                keep = k - 1
         values = mx.concatenate(toks).tolist() if toks else []
-        # Step i fed the token before it: history's last token, then values[:-1].
-        self.fed.extend((todo + values)[: len(toks)])
+        # Step 0 fed `todo` (ending with history's last token), step i > 0 fed values[i - 1].
+        if toks:
+            self.fed.extend(todo + values[: len(toks) - 1])
         self.synced = len(history)  # fed = history, then this round's drafts
         logq = None
-        if not params.greedy and keep:
-            logq = mx.concatenate(lps[:keep], axis=0)
+        if not params.greedy and lps:
+            logq = mx.concatenate(lps, axis=0)
             if self.head is not None:  # q = 0 outside the head's ids, at the target's width
                 logq = self.head.widen(logq)
-        return Draft(values[:keep], logq, self.name)
+        return Draft(values, logq, self.name)
 
 
 class PromptLookup:
@@ -343,6 +347,10 @@ class Combined:
     def __init__(self, model: DraftModel, lookup: PromptLookup, confident_n: int = 3):
         self.model, self.lookup, self.confident_n = model, lookup, confident_n
         self.lookup_k = 8  # set per round by the Speculator from lookup's own acceptance
+
+    @property
+    def stops_itself(self) -> bool:
+        return self.model.stops_itself
 
     def rewind_to(self, n: int) -> None:
         self.model.rewind_to(n)

@@ -95,6 +95,8 @@ class SpecPolicy:
     mode: str = "auto"  # auto: measure and switch off when slower than plain; on: always
     fixed_k: int = 0  # 0 = adaptive
     k_max: int = 8
+    # A draft model that ends its rounds by its own confidence drafts up to this many.
+    confident_k_max: int = 12
     lookup_k_max: int = 16
     probe_rounds: int = 8  # rounds before the first speed comparison
     plain_probe: int = 4  # plain tokens timed per comparison
@@ -186,6 +188,8 @@ class Speculator:
         if source == "lookup":
             m = ema.value if ema and ema.n >= 2 else 4.0
             return max(2, min(self.policy.lookup_k_max, math.ceil(m) + 4))
+        if getattr(self.drafter, "stops_itself", False):
+            return self.policy.confident_k_max  # the draft's confidence sets each round's length
         if ema is None or ema.n < 3:
             return min(5, self.policy.k_max)
         m = ema.value  # the seed's advice: ~3-4 accepted per round -> K=6, < 2.5 -> K=4
