@@ -2,7 +2,7 @@
 
 Two parts, each interleaved per workload so machine noise hits every configuration alike:
 1. Draft-model speculation on a *controlled pair* (see synthetic.py; lookup off): plain,
-   ours (adaptive K), ours at fixed K, and mlx-lm's `speculative_generate_step` at each fixed
+   ours (product defaults), ours at fixed K, and mlx-lm's `speculative_generate_step` at each fixed
    K in 2..8 on the same loaded models. Ratios are per workload and then averaged.
 2. Prompt lookup with the embedded model on a copy-heavy edit, against plain decoding.
 Reports ratios (the machines are noisy) and tok/s; `--json` prints one object.
@@ -137,7 +137,7 @@ def bench_pair(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], l
     """Part 1: draft-model speculation vs plain vs mlx-lm on every workload, interleaved."""
     from ..config import Config
 
-    # Product defaults (adaptive K, confidence floor); persists across workloads as K adapts.
+    # Product defaults (rounds ended by the draft's confidence); persists across workloads.
     ours = Speculator(DraftModel(draft, Config().draft_confidence),
                       SpecPolicy(mode="on", fixed_k=fixed_k))
     rows = []

@@ -2,7 +2,7 @@
 target, 0.5B draft, both from the model store) on real coding workloads, in one process.
 
 Per workload, interleaved so machine noise hits every configuration alike: plain decoding;
-ours with the draft model (adaptive K); ours combining the draft with prompt lookup; prompt
+ours with the draft model (product defaults); ours combining the draft with prompt lookup; prompt
 lookup alone; mlx-lm's `speculative_generate_step` at each fixed K; plain again (the two
 plain runs bracket the others and are averaged). The prompt's KV is computed once per
 workload and model and shared through an in-memory prefix store, so only decoding differs
