@@ -22,7 +22,8 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    "an MLX model folder or a Hub id")
     g.add_argument("--draft-model", help="draft model for speculative decoding (same tokenizer)")
     g.add_argument("--num-draft-tokens", "-K", type=int, metavar="K",
-                   help="pin the number of drafted tokens per round (default: adaptive)")
+                   help="pin the number of drafted tokens per round (default: a draft model drafts "
+                   "while it is confident, up to 12; lookup adapts K to acceptance)")
     g.add_argument("--speculation", choices=["auto", "on", "off"],
                    help="auto: draft while it pays off; on: always; off: plain decoding")
     g.add_argument("--drafter", choices=["auto", "model", "lookup", "combined"],

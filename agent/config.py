@@ -36,7 +36,7 @@ class Config:
     blas: str = "auto"  # auto | off  (Linux CPU: preload OpenBLAS)
     speculation: str = "auto"  # auto | on | off
     drafter: str = "auto"  # auto | model | lookup | combined
-    num_draft_tokens: int = 0  # 0 = adaptive K
+    num_draft_tokens: int = 0  # 0 = K set by the draft's confidence (or adaptive), else pinned
     # The draft model ends a round once its own estimate that all the round's drafts are right
     # (the product of its top probabilities) falls below this; 0 = fixed-length rounds.
     draft_confidence: float = 0.5

@@ -49,6 +49,27 @@ def test_bench_workload_interleaves_three_exact_loops(llama):
     assert row["plain_tps"] > 0 and row["ours_tps"] > 0 and row["naive_tps"] > 0
 
 
+def test_bench_workload_times_the_reply_up_to_its_end_of_turn_token(llama):
+    """By default the three loops stop where the reply ends, as the product does."""
+    import dataclasses
+
+    from mlx_lm.tokenizer_utils import TokenizerWrapper
+
+    from agent.config import Config
+
+    w = bench_lookup.Workload("w", "tune", "python", "a.py", "Copy it.", "x = 1\ny = 2\n" * 4)
+    free = bench_lookup.bench_workload(llama, Config(), w, 45, through_eos=True)
+    prompt = Session(llama).render([{"role": "user", "content": w.prompt_text()}])
+    reply, _ = bench_lookup.naive_decode(llama, prompt, 45)
+    i = next(i for i in range(5, 45) if reply[i] not in reply[:i])  # first seen at i
+    end = reply[i]  # the model's end-of-turn token from here on
+    tok = TokenizerWrapper(llama.tokenizer._tokenizer, eos_token_ids=[end])
+    lm = dataclasses.replace(llama, tokenizer=tok)
+    row = bench_lookup.bench_workload(lm, Config(), w, 45)
+    assert free["tokens"] == 45 and row["tokens"] == i
+    assert row["ours_identical"] and row["naive_identical"]
+
+
 def test_paused_clock_leaves_out_the_other_loops_turns():
     import time
 

@@ -138,7 +138,8 @@ def bench_pair(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], l
     from ..config import Config
 
     # Product defaults (rounds ended by the draft's confidence); persists across workloads.
-    ours = Speculator(DraftModel(draft, Config().draft_confidence),
+    conf = 0.0 if fixed_k else Config().draft_confidence  # pinned K: exactly K, as mlx-lm
+    ours = Speculator(DraftModel(draft, conf),
                       SpecPolicy(mode="on", fixed_k=fixed_k))
     rows = []
     for name, text in WORKLOADS.items():

@@ -132,6 +132,8 @@ def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int]
 
     cfg, vocab = Config(), min(target.vocab_size, draft.vocab_size)
     conf, head = cfg.draft_confidence, cfg.draft_vocab  # the defaults `spec-agent` runs with
+    if fixed_k:  # an equal-K comparison: exactly K drafts a round, as mlx-lm
+        conf = 0.0
     policy = SpecPolicy(mode="on", fixed_k=fixed_k)
     ours = Speculator(DraftModel(draft, conf, vocab, head), policy)  # K adapts across workloads
     combined = Speculator(Combined(DraftModel(draft, conf, vocab, head), PromptLookup()), policy)

@@ -204,7 +204,9 @@ def bench_workload(lm: Any, cfg: Any, w: Workload, tokens: int,
     st = ostats[-1]
     offs = sum(1 for e in ostats if isinstance(e, SpeculationChanged) and not e.enabled)
     return dict(workload=w.name, subset=w.subset, prompt_tokens=len(prompt), tokens=len(plain),
-                plain_tps=p, ours_tps=o, naive_tps=n, ours_speedup=o / p, naive_speedup=n / p,
+                plain_tps=p, ours_tps=o, naive_tps=n,
+                # None: a reply of one batch, nothing timed to compare (left out of the means)
+                ours_speedup=o / p if p and n else None, naive_speedup=n / p if p and n else None,
                 ours_acceptance=st.acceptance_rate, ours_mean_accepted=st.mean_accepted,
                 ours_auto_off=offs, ours_identical=ours == plain, naive_identical=naive == plain)
 
@@ -216,7 +218,7 @@ def geomean(xs: list[float]) -> float:
 def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for subset in ("tune", "check", "all"):
-        rs = [r for r in rows if subset in ("all", r["subset"])]
+        rs = [r for r in rows if subset in ("all", r["subset"]) and r["ours_speedup"]]
         if rs:
             out[subset] = dict(
                 workloads=len(rs), ours_geomean=geomean([r["ours_speedup"] for r in rs]),
@@ -234,10 +236,11 @@ def run(lm: Any, cfg: Any, subset: str, tokens: int, log: Callable[[str], None],
     for w in load_workloads(subset):
         rows.append(bench_workload(lm, cfg, w, tokens, through_eos))
         r = rows[-1]
+        x = lambda v: f"{v:4.2f}x" if v else "  -  "  # noqa: E731
         log(f"  {r['workload']:22} {r['subset']:5} {r['tokens']:3} tokens, plain "
             f"{r['plain_tps']:5.1f} tok/s | ours "
-            f"{r['ours_speedup']:4.2f}x (acc {r['ours_acceptance']:.2f}) | naive "
-            f"{r['naive_speedup']:4.2f}x | identical {r['ours_identical']}/{r['naive_identical']}"
+            f"{x(r['ours_speedup'])} (acc {r['ours_acceptance']:.2f}) | naive "
+            f"{x(r['naive_speedup'])} | identical {r['ours_identical']}/{r['naive_identical']}"
             + (f" | auto-off x{r['ours_auto_off']}" if r["ours_auto_off"] else ""))
     return dict(model=lm.name, blas=loaded_blas(), tokens=tokens, through_eos=through_eos,
                 summary=summarize(rows), workloads=rows)
