@@ -360,6 +360,9 @@ def test_a_draft_that_stops_itself_drafts_up_to_the_cap(pair):
     want, _, _ = run(Session(target), prompt, max_tokens=40, stop_tokens=set())
     got, stats, _ = run(Session(target, speculator=spec), prompt, max_tokens=40, stop_tokens=set())
     assert got == want and stats.drafted > 0
+    sure = Speculator(DraftModel(draft, min_confidence=1e-30), SpecPolicy(mode="on", confident_k_max=11))
+    got, stats, _ = run(Session(target, speculator=sure), prompt, max_tokens=40, stop_tokens=set())
+    assert got == want and stats.drafted == 11 * stats.rounds  # a floor never reached: the cap
 
 
 def test_a_round_accepted_in_full_costs_the_next_one_only_k_draft_steps(pair):
