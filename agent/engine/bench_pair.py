@@ -131,9 +131,8 @@ def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int]
     from ..config import Config
 
     cfg, vocab = Config(), min(target.vocab_size, draft.vocab_size)
-    conf, head = cfg.draft_confidence, cfg.draft_vocab  # the defaults `spec-agent` runs with
-    if fixed_k:  # an equal-K comparison: exactly K drafts a round, as mlx-lm
-        conf = 0.0
+    head = cfg.draft_vocab  # the defaults `spec-agent` runs with
+    conf = 0.0 if fixed_k else cfg.draft_confidence  # pinned K: exactly K, as mlx-lm
     policy = SpecPolicy(mode="on", fixed_k=fixed_k)
     ours = Speculator(DraftModel(draft, conf, vocab, head), policy)  # K adapts across workloads
     combined = Speculator(Combined(DraftModel(draft, conf, vocab, head), PromptLookup()), policy)

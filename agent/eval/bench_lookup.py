@@ -81,10 +81,10 @@ def naive_rounds(lm: Any, prompt: list[int], k: int = 8,
             n += 1
         trim_prompt_cache(cache, len(draft) - n)
         new = [*draft[:n], best[n]]
-        ended = [i for i, t in enumerate(new) if t in stop]
-        if ended:  # the stop token ends the reply and is not part of it
-            if ended[0]:
-                yield new[: ended[0]]
+        end = next((i for i, t in enumerate(new) if t in stop), None)
+        if end is not None:  # the stop token ends the reply and is not part of it
+            if end:
+                yield new[:end]
             return
         seq += new
         yield new
@@ -232,11 +232,11 @@ def run(lm: Any, cfg: Any, subset: str, tokens: int, log: Callable[[str], None],
         through_eos: bool = False) -> dict[str, Any]:
     from ..engine.blas import loaded_blas
 
+    x = lambda v: f"{v:4.2f}x" if v else "  -  "  # noqa: E731  (None: a one-batch reply)
     rows = []
     for w in load_workloads(subset):
         rows.append(bench_workload(lm, cfg, w, tokens, through_eos))
         r = rows[-1]
-        x = lambda v: f"{v:4.2f}x" if v else "  -  "  # noqa: E731
         log(f"  {r['workload']:22} {r['subset']:5} {r['tokens']:3} tokens, plain "
             f"{r['plain_tps']:5.1f} tok/s | ours "
             f"{x(r['ours_speedup'])} (acc {r['ours_acceptance']:.2f}) | naive "
