@@ -17,6 +17,8 @@ from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from .choices import CHOICES, RANGES
+
 
 class ConfigError(Exception):
     exit_code = 2
@@ -72,19 +74,6 @@ class Config:
     attach_mentioned: bool = True  # files a message names are attached to it
 
 
-_CHOICES = {
-    "device": {"auto", "cpu", "gpu"},
-    "blas": {"auto", "off"},
-    "speculation": {"auto", "on", "off"},
-    "drafter": {"auto", "model", "lookup", "combined"},
-    "approval_mode": {"suggest", "auto-edit", "full-auto"},
-    "dirty_files": {"commit", "stash", "refuse"},
-    "tool_choice": {"auto", "first", "required"},
-    "sandbox": {"auto", "off"},
-    "engine": {"local", "openai"},
-    "tool_format": {"auto", "native", "text"},
-    "edit_format": {"whole", "tool"},
-}
 
 
 # Keys that loosen safety: a cloned repo must not grant itself full-auto, longer commands,
@@ -95,30 +84,6 @@ REPO_FORBIDDEN = ("approval_mode", "dirty_files", "shell_timeout_s", "sandbox", 
                   "engine", "base_url", "snapshot_max_count", "snapshot_max_age_days")
 
 # key: (test, what the value must be)
-_RANGES = {
-    "max_turns": (lambda v: v >= 1, ">= 1"),
-    "max_tokens": (lambda v: v >= 1, ">= 1"),
-    "shell_timeout_s": (lambda v: v > 0, "> 0"),
-    "memory_headroom_gb": (lambda v: v >= 0, ">= 0"),
-    "num_draft_tokens": (lambda v: 0 <= v <= 32, "between 0 (adaptive) and 32"),
-    "draft_confidence": (lambda v: 0 <= v < 1, "in [0, 1)"),
-    "draft_vocab": (lambda v: v >= 0, ">= 0 (0 = the full head)"),
-    "temperature": (lambda v: v >= 0, ">= 0"),
-    "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
-    "top_k": (lambda v: v >= 0, ">= 0 (0 = off)"),
-    "min_p": (lambda v: 0 <= v < 1, "in [0, 1)"),
-    "repetition_penalty": (lambda v: 0 < v <= 10, "in (0, 10] (1 = off)"),
-    "prefix_cache_mb": (lambda v: v >= 0, ">= 0 (0 = off)"),
-    "disk_cache_mb": (lambda v: v >= 0, ">= 0 (0 = off)"),
-    "kv_bits": (lambda v: v in (0, 4, 8), "0 (full precision), 4 or 8"),
-    "snapshot_max_count": (lambda v: v >= 1, ">= 1"),
-    "snapshot_max_age_days": (lambda v: v > 0, "> 0"),
-    "connect_timeout_s": (lambda v: v > 0, "> 0"),
-    "read_timeout_s": (lambda v: v > 0, "> 0"),
-    "max_retries": (lambda v: 0 <= v <= 20, "between 0 and 20"),
-    "base_url": (lambda v: v == "" or v.startswith(("http://", "https://")),
-                 "an http:// or https:// URL"),
-}
 
 
 def check_value(key: str, value: Any, where: str) -> Any:
@@ -142,9 +107,9 @@ def check_value(key: str, value: Any, where: str) -> Any:
             value = str(value)
     except (TypeError, ValueError):
         raise ConfigError(f"{where}: '{key}' must be {kind}, got {value!r}") from None
-    if key in _CHOICES and value not in _CHOICES[key]:
-        raise ConfigError(f"{where}: '{key}' must be one of {sorted(_CHOICES[key])}, got {value!r}")
-    ok, must = _RANGES.get(key, (None, ""))
+    if key in CHOICES and value not in CHOICES[key]:
+        raise ConfigError(f"{where}: '{key}' must be one of {sorted(CHOICES[key])}, got {value!r}")
+    ok, must = RANGES.get(key, (None, ""))
     if ok is not None and (value != value or not ok(value)):  # value != value: NaN
         raise ConfigError(f"{where}: '{key}' must be {must}, got {value!r}")
     return value

@@ -10,7 +10,7 @@ import pytest
 from scripted import (INTERRUPT, ScriptedModel, call, conversation, full_auto, git, git_repo,  # noqa: F401
                       plain_dir)
 
-from agent.approvals import denylisted
+from tools.denylist import denylisted
 from agent.config import Config
 from agent.events import (AgentResult, ApprovalRequired, AssistantMessage, RunStopped,
                           ToolCallFinished, ToolCallStarted, TurnStats)

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from scripted import git, git_repo  # noqa: F401 - fixture
 
-from agent.approvals import decide
+from agent.core.approvals import decide
 from agent.config import ConfigError, load_config
 from tools import ToolContext, call_tool, sandbox
 

@@ -1,12 +1,12 @@
-"""The shell reader behind approvals (agent/shellparse.py) and the denylist cases it enables."""
+"""The shell reader behind approvals (tools/shellparse.py) and the denylist cases it enables."""
 
 from __future__ import annotations
 
 import pytest
 from scripted import git_repo  # noqa: F401 - fixture
 
-from agent.approvals import denylisted, programs
-from agent.shellparse import SUBST, simple_commands
+from tools.denylist import denylisted, programs
+from tools.shellparse import SUBST, simple_commands
 
 
 @pytest.mark.parametrize("text,expected", [

@@ -4,7 +4,7 @@ Every command runs inside the OS sandbox (tools/sandbox.py: the repo is the only
 place, its .git stays read-only unless the command is plain git recording work, no network
 unless allowed, and nothing it starts outlives the call) unless the context says
 `sandbox="off"`; with "auto" and no working sandbox the command is refused, never silently
-run bare. The approval policy (agent/approvals.py) decides whether a command may run; this
+run bare. The approval policy (agent/core/approvals.py) decides whether a command may run; this
 module only runs it. Output (stdout and stderr together) is read as it comes, so a command
 that prints without end cannot exhaust memory; on timeout, or when the sandbox holds
 sandbox.MAX_PROCESSES processes (counted every _TICK_S), the process group is killed (and

@@ -32,6 +32,8 @@ import tempfile
 from pathlib import Path
 
 from ._paths import _is_dotgit, git_dirs
+from .denylist import denylisted
+from .shellparse import SUBST, simple_commands
 
 SANDBOX_EXEC = "/usr/bin/sandbox-exec"  # never from PATH: a repo could shadow it
 PRLIMIT = "/usr/bin/prlimit"
@@ -291,9 +293,6 @@ def git_may_write(command: str, root: Path, env: dict[str, str] | None = None) -
     `bisect run`), output redirected only to /dev/null or to files of the repository outside
     its git folder, nothing the denylist calls destructive, and `git` itself not found in
     the repository (through PATH)."""
-    from agent.approvals import denylisted
-    from agent.shellparse import SUBST, simple_commands
-
     commands = simple_commands(command)
     unquoted, expanded = _shell_views(command)
     if (not commands or set(unquoted) & set("*?[") or _BRACE_LIST.search(unquoted)

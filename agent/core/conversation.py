@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 from tools import TOOLS, ToolContext, ToolResult, call_tool
 
-from ..approvals import decide
+from .approvals import decide
 from ..backends.base import Backend, ModelError
 from ..cancel import CancelToken
 from ..config import Config

@@ -13,7 +13,7 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from ..approvals import programs
+from tools.denylist import programs
 from ..events import ApprovalRequest
 
 

@@ -20,6 +20,8 @@ from typing import Sequence
 
 import mlx.core as mx
 
+from ..choices import RANGES
+
 
 @dataclass(frozen=True)
 class SamplingParams:
@@ -38,18 +40,12 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature <= 0.0
 
-    def validate(self) -> "SamplingParams":
-        if self.temperature < 0:
-            raise ValueError("temperature must be >= 0")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError("top_p must be in (0, 1]")
-        if self.top_k < 0:
-            raise ValueError("top_k must be >= 0")
-        if not 0.0 <= self.min_p < 1.0:
-            raise ValueError("min_p must be in [0, 1)")
-        if self.repetition_penalty <= 0:
-            raise ValueError("repetition_penalty must be > 0")
-        return self
+    def __post_init__(self) -> None:
+        for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
+            value = getattr(self, name)
+            ok, must = RANGES[name]
+            if value != value or not ok(value):  # value != value: NaN
+                raise ValueError(f"{name} must be {must}, got {value!r}")
 
 
 NEG_INF = float("-inf")

@@ -43,7 +43,7 @@ from acp.task import MessageSender, TaskSupervisor
 from pydantic import ValidationError
 
 from .. import __version__
-from ..approvals import MODES
+from ..choices import APPROVAL_MODES as MODES
 from ..cancel import CancelToken
 from ..core.attach import typed_text
 from ..core.callformat import RESULT_OPEN, parse_calls, strip_calls

@@ -23,7 +23,7 @@ from acp import (start_tool_call, text_block, tool_content, tool_diff_content,
 from acp.schema import (AllowedOutcome, DeniedOutcome, PermissionOption, SessionMode,
                         ToolCallLocation, ToolCallUpdate, Usage, UsageUpdate)
 
-from ..approvals import MODES
+from ..choices import APPROVAL_MODES as MODES
 from ..events import (AgentResult, ApprovalRequest, AssistantMessage, DecodeProgress, Event,
                       GitAction, TextDelta, ToolCallFinished, ToolCallStarted, TurnStats, Warning)
 from .repl_text import CallFilter

@@ -1,4 +1,4 @@
-"""Shell command text → the simple commands it runs, for the approval policy (agent/approvals.py).
+"""Shell command text → the simple commands it runs, for the denylist (tools/denylist.py).
 
 A small reader of POSIX shell syntax, enough to see what a command line runs: quotes and
 backslashes are removed, comments dropped (`#` at the start of a word, to the end of its

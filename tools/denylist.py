@@ -1,9 +1,6 @@
-"""Which tool calls need the user's approval.
+"""The denylist: shell commands that always ask for approval, whatever the mode.
 
-Modes (`Config.approval_mode`): `suggest` asks before every edit and shell command,
-`auto-edit` lets edits through and asks for shell commands, `full-auto` asks for nothing,
-except that destructive shell commands (the denylist below) always ask, whatever the mode.
-A command is split into simple commands by agent/shellparse.py (quotes, comments, line
+A command is split into simple commands by tools/shellparse.py (quotes, comments, line
 continuations, here-documents; the commands inside `$(...)` and backticks are judged too, and
 such a substitution used as an operand counts as a path known only when the command runs).
 Wrappers (`timeout`, `nice`, `env`, `setsid`, `nohup`, `stdbuf`, `xargs`, `sudo`, `exec`, ...)
@@ -12,21 +9,17 @@ and git's long options match by unambiguous prefix as git itself accepts them (`
 This is an early "are you sure", not what protects the user: the OS sandbox limits what a
 command can touch and snapshots let `spec-agent undo` bring back what it destroyed inside the
 repository. A determined script can hide what it does (variables, interpreters), and this
-module does not try to see through that. It only decides; asking (a prompt, a dialog) or
-stopping a non-interactive run is the caller's.
+module does not try to see through that. It depends on nothing above `tools/`; the approval
+policy (agent/core/approvals.py) asks it.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from .shellparse import SUBST, simple_commands
-
-MODES = ("suggest", "auto-edit", "full-auto")
 
 # (pattern, why): shapes no word-by-word check sees. Matched against the command line with
 # quotes removed, case-sensitive like the shell.
@@ -73,12 +66,6 @@ _WRITERS = {"rm": "all", "rmdir": "all", "unlink": "all", "shred": "all", "trunc
             "install": "last", "ln": "last", "rsync": "last", "chmod": "but-first",
             "chown": "but-first", "chgrp": "but-first"}
 _STASH_SAFE = {"list", "show", "apply", "pop", "branch", "create", "store"}
-
-
-@dataclass(frozen=True)
-class Decision:
-    ask: bool
-    reason: str = ""
 
 
 def _home() -> Path:
@@ -389,22 +376,3 @@ def denylisted(command: str, root: Path | None = None, cwd: Path | None = None) 
         if why:
             return why
     return ""
-
-
-def decide(mode: str, kind: str, name: str, arguments: dict[str, Any], root: Path | None = None) -> Decision:
-    """Whether tool `name` (of `kind` read|edit|shell) needs approval in `mode`."""
-    if kind == "shell":
-        why = denylisted(str(arguments.get("command", "")), root)
-        if why:
-            return Decision(True, f"destructive command ({why}): {arguments.get('command')}")
-        if mode in ("suggest", "auto-edit"):
-            return Decision(True, f"shell command needs approval in {mode} mode: {arguments.get('command')}")
-        from tools.sandbox import available  # full-auto's freedom rests on the OS sandbox
-
-        sandboxed, why = available()
-        if not sandboxed:
-            return Decision(True, f"no sandbox available ({why}): shell commands need approval")
-        return Decision(False)
-    if kind == "edit" and mode == "suggest":
-        return Decision(True, f"{name} of {arguments.get('path')} needs approval in suggest mode")
-    return Decision(False)
