@@ -9,17 +9,16 @@ Loading models is slow: UIs call the loading methods off their UI thread.
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
 
-from tools import ToolContext
+from tools import ToolContext, git
 from tools.sandbox import resolve as resolve_sandbox
 
 from .config import Config, ConfigError, check_value
-from .git import GitGuard
+from .core.git import GitGuard
 
 
 def sampling_params(cfg: Config):
@@ -237,11 +236,6 @@ class Runtime:
         """(branch, number of files with uncommitted changes); ("", 0) outside git."""
         if not self.git.enabled:
             return "", 0
-        try:
-            branch = subprocess.run(["git", "rev-parse", "--abbrev-ref", "HEAD"], cwd=self.root,
-                                    capture_output=True, text=True, timeout=5).stdout.strip()
-            status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=normal"],
-                                    cwd=self.root, capture_output=True, text=True, timeout=5).stdout
-        except (OSError, subprocess.TimeoutExpired):
-            return "", 0
+        branch = git.run(self.root, "rev-parse", "--abbrev-ref", "HEAD", check=False, timeout=5).stdout.strip()
+        status = git.run(self.root, "status", "--porcelain", "--untracked-files=normal", check=False, timeout=5).stdout
         return branch, sum(1 for line in status.splitlines() if line.strip())

@@ -14,7 +14,7 @@ import sys
 import pytest
 from scripted import git, git_repo  # noqa: F401
 
-from agent.git import is_agent_commit
+from agent.core.git import is_agent_commit
 
 
 @pytest.mark.embedded

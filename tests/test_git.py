@@ -6,7 +6,7 @@ import pytest
 from scripted import ScriptedModel, call, conversation, full_auto, git, git_repo, plain_dir  # noqa: F401
 
 from agent.events import AgentResult, GitAction, ToolCallFinished, Warning
-from agent.git import TRAILER, GitGuard, GitSafetyError, is_agent_commit
+from agent.core.git import TRAILER, GitGuard, GitSafetyError, is_agent_commit
 
 EDIT = call("edit_file", path="calc.py", edits=[{"old": "return a + b", "new": "return b + a"}])
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from . import git
 from ._base import ToolContext, ToolResult, cap
 from ._paths import PathError, confine, relative
 
@@ -19,15 +20,13 @@ DESCRIPTION = "Show the diff of uncommitted changes (optionally for one path or 
 def git_diff(ctx: ToolContext, path: str | None = None, staged: bool = False) -> ToolResult:
     if not ctx.in_git:
         return ToolResult.error("not a git repository")
-    import git
-
     args = ["--cached"] if staged else []
     try:
         if path:
             args += ["--", relative(ctx.root, confine(ctx.root, path))]
-        out = git.Git(str(ctx.root)).diff(*args)
+        out = git.run(ctx.root, "diff", *args).stdout.rstrip("\n")
     except PathError as e:
         return ToolResult.error(str(e))
-    except git.exc.GitCommandError as e:
+    except git.GitCommandError as e:
         return ToolResult.error(f"git diff failed: {e.stderr.strip() or e}")
     return ToolResult(True, cap(out or "no changes", ctx.max_output_chars))

@@ -15,6 +15,7 @@ import time
 from functools import lru_cache
 from pathlib import Path
 
+from . import git
 from ._base import ToolContext, ToolResult, cap
 from ._paths import PathError, confine, relative
 
@@ -120,13 +121,11 @@ def _listing(ctx: ToolContext, under: str) -> tuple[list[str], bool]:
     """(regular files under repo-relative folder `under` ('' = all), sorted; whether complete)."""
     root = ctx.root.resolve()
     if ctx.in_git:
-        import git
-
         try:
-            out = git.Git(str(root)).ls_files("--cached", "--others", "--exclude-standard", "-z")
+            out = git.run(root, "ls-files", "--cached", "--others", "--exclude-standard", "-z").stdout
             names = {n for n in out.split("\0") if n and _inside(n, under)}
             return sorted(n for n in names if (root / n).is_file() and not (root / n).is_symlink()), True
-        except git.exc.GitCommandError:
+        except git.GitCommandError:
             pass  # fall back to walking
     return _walk(root, under)
 

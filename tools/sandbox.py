@@ -31,6 +31,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from . import git
 from ._paths import _is_dotgit, git_dirs
 from .denylist import denylisted
 from .shellparse import SUBST, simple_commands
@@ -414,12 +415,7 @@ def without_hooks(env: dict[str, str]) -> dict[str, str]:
     """`env` with git told to run no hooks (core.hooksPath=/dev/null, added to any settings
     the environment already gives git): for a git command allowed to write its folder, whose
     hooks could otherwise run files of the repository with that folder writable."""
-    try:
-        n = int(env.get("GIT_CONFIG_COUNT", "0") or "0")
-    except ValueError:
-        n = 0
-    return {**env, "GIT_CONFIG_COUNT": str(n + 1), f"GIT_CONFIG_KEY_{n}": "core.hooksPath",
-            f"GIT_CONFIG_VALUE_{n}": "/dev/null"}
+    return git.with_config(env, (("core.hooksPath", "/dev/null"),))
 
 
 # Seatbelt: everything allowed but what is denied; denies only, so rule order cannot matter.

@@ -27,7 +27,7 @@ from ..config import Config
 from ..events import (AgentResult, ApprovalRequest, ApprovalRequired, AssistantMessage,
                       ContextCompacted, Event, GenerationStats, GitAction, RunStopped, TextDelta,
                       ToolCallFinished, ToolCallStarted, TurnStarted, TurnStats, Warning)
-from ..git import GitGuard, GitSafetyError
+from .git import GitGuard, GitSafetyError
 from .budget import Budget
 from .snapshots import SnapshotError, SnapshotStore
 from .callformat import ParsedCall, format_result, parse_calls, strip_calls

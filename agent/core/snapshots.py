@@ -13,7 +13,7 @@ before the agent's last action that changed anything, whatever that action did i
 repository (`git reset --hard`, `rm -rf`, `git clean -fdx`, `git checkout .`): files come
 back byte for byte with their modes, files created since are deleted, the index gets its
 staged state back. The branch moves back too when only the agent's own recorded commits
-(agent/git.py) lie on top of the snapshot's HEAD, or when it was rewound; commits of the
+(agent/core/git.py) lie on top of the snapshot's HEAD, or when it was rewound; commits of the
 user's on top make undo refuse. The state just before an undo is itself saved as a snapshot
 (kind "undo"), so `undo <id>` can bring it back. Ignored files are saved when small and not
 inside an ignored folder (`.env` yes, `build/` and `.venv/` no), untracked files when under
@@ -31,9 +31,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import git as gitpython
+from tools.git import GitCommandError
 
-from ..git import COMMITS_REF, SAVED_TRAILER, TRAILER, GitGuard, run_git
+from .git import COMMITS_REF, SAVED_TRAILER, TRAILER, GitGuard, run_git
 
 SNAP_REF = "refs/spec-agent/snapshots/"
 UNDONE_REF = "refs/spec-agent/undone/"
@@ -180,7 +180,7 @@ class SnapshotStore:
             if kind == "action" and newest is not None and _same(newest, state):
                 return newest
             snap = self._record(state, label, conversation, kind)
-        except (gitpython.exc.GitCommandError, OSError) as e:
+        except (GitCommandError, OSError) as e:
             raise SnapshotError(f"could not snapshot the work tree: {_why(e)}") from None
         if conversation:
             self.keep.add(snap.sha)
@@ -274,7 +274,7 @@ class SnapshotStore:
                 name = target.ref.rsplit("/", 1)[-1]
                 self._git("update-ref", "--stdin", input=f"create {UNDONE_REF}{name} {target.sha}\n"
                           f"delete {target.ref} {target.sha}\n")
-        except (gitpython.exc.GitCommandError, OSError) as e:
+        except (GitCommandError, OSError) as e:
             raise SnapshotError(f"undo failed: {_why(e)}") from None
         return (f"restored the work tree to snapshot {target.id} (before {target.label}); "
                 f"the state before this undo is snapshot {saved.id} (spec-agent undo {saved.id})")
@@ -345,7 +345,7 @@ class SnapshotStore:
 def undo_text(store: SnapshotStore, ident: str = "") -> str:
     """What `spec-agent undo [ID]` and `/undo` do: restore a snapshot; in a repository with no
     snapshot yet (older spec-agent), revert the agent's last commit instead."""
-    from ..git import GitSafetyError
+    from .git import GitSafetyError
 
     if ident or not store.enabled or any(s.kind == "action" for s in store.list()):
         return store.undo(ident)

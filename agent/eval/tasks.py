@@ -20,6 +20,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tools import git
+
 TASK_DIR = Path(__file__).parent / "tasks"
 SUBSETS = ("tune", "check")
 CHECK_TIMEOUT_S = 60.0
@@ -80,8 +82,7 @@ def load_tasks(subset: str = "all", names: list[str] | None = None) -> list[Task
 
 
 def _git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True,
-                          text=True, timeout=30).stdout
+    return git.run(root, *args, timeout=30).stdout
 
 
 def make_repo(task: Task, root: Path) -> str:

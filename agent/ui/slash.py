@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from tools import git
+
 
 @dataclass(frozen=True)
 class Reply:
@@ -56,20 +58,19 @@ def _undo(rt, arg: str) -> Reply:
 
 def _diff(rt, arg: str) -> Reply:
     """Uncommitted changes, then the agent's last commit if HEAD is one."""
-    import git as gitpython
-
     if not rt.git.enabled:
         return Reply(rt.git.warning or "not a git repository", error=True)
-    repo = rt.git.repo
     parts = []
     try:
-        work = repo.git.diff("HEAD") if repo.head.is_valid() else repo.git.diff()
+        has_head = rt.git.has_head()
+        work = git.run(rt.git.top, "diff", *(["HEAD"] if has_head else [])).stdout.rstrip("\n")
         if work.strip():
             parts.append("# uncommitted changes\n" + work)
-        if repo.head.is_valid() and rt.git.is_agent_commit_id(repo.head.commit.hexsha):
-            head = repo.head.commit
-            parts.append(f"# spec-agent's last commit {head.hexsha[:8]}\n" + repo.git.show("--format=%s", head.hexsha))
-    except gitpython.exc.GitCommandError as e:
+        sha = rt.git.head()[0] if has_head else ""
+        if sha and rt.git.is_agent_commit_id(sha):
+            shown = git.run(rt.git.top, "show", "--format=%s", sha).stdout.rstrip("\n")
+            parts.append(f"# spec-agent's last commit {sha[:8]}\n" + shown)
+    except git.GitCommandError as e:
         return Reply(f"git diff failed: {e.stderr.strip() or e}", error=True)
     return Reply("\n\n".join(parts) or "no changes")
 

@@ -13,19 +13,18 @@
 - `undo()` reverts the agent's last commit only: it refuses when HEAD is not an agent commit
   (e.g. the user committed on top) and keeps unrelated uncommitted changes (`reset --keep`).
   (`spec-agent undo` restores snapshots, agent/core/snapshots.py; this is its fallback.)
-The agent's git commands run with literal pathspecs (a file named `*.py` is that file only)
-and without hooks (`core.hooksPath` at an empty folder, `--no-verify`): a repository's hooks
-are code the agent must not run. Outside a git repository every method is a no-op and
+The agent's git commands run through tools/git.py (hooks, fsmonitor, filters, pagers and the
+rest of what would run a program off; literal pathspecs: a file named `*.py` is that file
+only), commits with `--no-verify` besides. Outside a git repository every method is a no-op and
 `warning` says so once. Does not push, pull, branch or touch files other than those named.
 """
 
 from __future__ import annotations
 
-import os
-import subprocess
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tools.git import GitCommandError, run as run_git, toplevel, trailers
 
 TRAILER = "Agent: spec-agent"
 SAVED_TRAILER = "Agent-Saved: spec-agent"  # the agent saved the user's own changes (protect)
@@ -40,70 +39,10 @@ class GitSafetyError(Exception):
     exit_code = 1
 
 
-_NO_HOOKS: str | None = None
-
-
-def no_hooks_dir() -> str:
-    """An empty folder, private to this process, for `core.hooksPath`: no hook can run."""
-    global _NO_HOOKS
-    if _NO_HOOKS is None or not os.path.isdir(_NO_HOOKS):
-        _NO_HOOKS = tempfile.mkdtemp(prefix="spec-agent-nohooks-")
-        os.chmod(_NO_HOOKS, 0o500)
-    return _NO_HOOKS
-
-
-def git_argv(*args: str) -> list[str]:
-    """`git ARGS` as the agent runs it: hooks off (fsmonitor too, it runs a command)."""
-    return ["git", "-c", f"core.hooksPath={no_hooks_dir()}", "-c", "core.fsmonitor=false", *args]
-
-
-def git_env(extra: dict[str, str] | None = None, literal: bool = True) -> dict[str, str]:
-    """The environment for the agent's git commands: literal pathspecs, no prompts."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_") or k in _KEPT_GIT_VARS}
-    env.update(GIT_TERMINAL_PROMPT="0")
-    if literal:  # (check-ignore takes plain paths and rejects any pathspec magic)
-        env["GIT_LITERAL_PATHSPECS"] = "1"
-    env.update(extra or {})
-    return env
-
-
-_KEPT_GIT_VARS = {"GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL",
-                  "GIT_AUTHOR_DATE", "GIT_COMMITTER_DATE",
-                  "GIT_CONFIG_GLOBAL", "GIT_CONFIG_NOSYSTEM", "GIT_CEILING_DIRECTORIES"}
-
-
-def run_git(cwd: Path | str, *args: str, input: str | None = None, env: dict[str, str] | None = None,
-            check: bool = True, literal: bool = True) -> subprocess.CompletedProcess:
-    """Run one of the agent's git commands in `cwd`; GitCommandError when it fails and `check`."""
-    import git
-
-    proc = subprocess.run(git_argv(*args), cwd=cwd, input=input, capture_output=True, text=True,
-                          env=git_env(env, literal), check=False)
-    if check and proc.returncode != 0:
-        raise git.exc.GitCommandError(["git", *args], proc.returncode, proc.stderr)
-    return proc
-
-
-def trailers(message: str) -> list[str]:
-    """The trailer lines of a commit message, as git itself parses them."""
-    proc = subprocess.run(["git", "interpret-trailers", "--parse"], input=message, capture_output=True,
-                          text=True, env=git_env(), check=False)
-    return [line.strip() for line in proc.stdout.splitlines()] if proc.returncode == 0 else []
-
-
 def is_agent_commit(message: str) -> bool:
     """The message carries the agent's trailer, parsed by git (not a substring match). Alone it
     does not make a commit the agent's: see `GitGuard.is_agent_commit_id`."""
     return TRAILER in trailers(message)
-
-
-def _open_repo(root: Path):
-    import git
-
-    try:
-        return git.Repo(root, search_parent_directories=True)
-    except (git.exc.InvalidGitRepositoryError, git.exc.NoSuchPathError):
-        return None
 
 
 @dataclass
@@ -113,35 +52,30 @@ class GitGuard:
     root: Path
     dirty_mode: str = "commit"  # commit | stash | refuse
     auto_commit: bool = True
-    repo: object = None
+    top: Path | None = None  # the work tree; None outside git
     warning: str = ""
     protected: set[str] = field(default_factory=set)
     notes: list[str] = field(default_factory=list)  # what protect() did, for the UI
 
     @classmethod
     def open(cls, root: Path, dirty_mode: str = "commit", auto_commit: bool = True) -> "GitGuard":
-        repo = _open_repo(root)
-        guard = cls(root.resolve(), dirty_mode, auto_commit, repo)
-        if repo is None or repo.bare:
-            guard.repo = None
+        top = toplevel(root) if root.is_dir() else None
+        guard = cls(root.resolve(), dirty_mode, auto_commit, top)
+        if top is None:
             guard.warning = (f"{root} is not in a git repository: dirty-work protection, "
                              "auto-commit and undo are off")
         return guard
 
     @property
     def enabled(self) -> bool:
-        return self.repo is not None
+        return self.top is not None
 
     # ---- helpers ------------------------------------------------------------------------
 
     def _rel(self, path: Path | str) -> str:
         """A path relative to the repository's working tree (what git commands take)."""
         full = (self.root / path).resolve()
-        return full.relative_to(Path(self.repo.working_tree_dir).resolve()).as_posix()
-
-    @property
-    def top(self) -> Path:
-        return Path(self.repo.working_tree_dir)
+        return full.relative_to(self.top.resolve()).as_posix()
 
     def _git(self, *args: str) -> str:
         """Run git (hooks off, literal pathspecs) in the work tree; returns stdout."""
@@ -164,31 +98,33 @@ class GitGuard:
         return any(t in found for t in accept)
 
     def _has_identity(self) -> bool:
-        reader = self.repo.config_reader()
-        return bool(reader.get_value("user", "name", "")) and bool(reader.get_value("user", "email", ""))
+        return all(run_git(self.top, "config", key, check=False).stdout.strip() for key in ("user.name", "user.email"))
 
-    def _has_head(self) -> bool:
-        return self.repo.head.is_valid()
+    def has_head(self) -> bool:
+        return run_git(self.top, "rev-parse", "-q", "--verify", "HEAD^{commit}", check=False).returncode == 0
+
+    def head(self) -> tuple[str, str, int]:
+        """HEAD's (sha, summary, number of parents)."""
+        sha, parents, summary = run_git(self.top, "log", "-1", "--format=%H%n%P%n%s", "HEAD").stdout.split("\n", 2)
+        return sha, summary.rstrip("\n"), len(parents.split())
 
     def is_dirty(self, rel: str) -> bool:
         """True when `rel` has uncommitted changes (worktree or index) or is untracked.
         `--untracked-files=all`: the user's `status.showUntrackedFiles = no` must not hide
         an untracked file from protection."""
-        if not (Path(self.repo.working_tree_dir) / rel).exists() and not self._has_head():
+        if not (self.top / rel).exists() and not self.has_head():
             return False
         out = self._git("status", "--porcelain", "--untracked-files=all", "--", rel)
         return bool(out.strip())
 
     def ignored(self, rels: list[str]) -> set[str]:
         """Which of `rels` git ignores (.gitignore, info/exclude); tracked files never are."""
-        import git
-
         if not rels:
             return set()
         proc = run_git(self.top, "check-ignore", "--stdin", "-z", input="\0".join(rels) + "\0", check=False,
                        literal=False)
         if proc.returncode not in (0, 1):  # 1 = none ignored
-            raise git.exc.GitCommandError(["git", "check-ignore"], proc.returncode, proc.stderr)
+            raise GitCommandError(["git", "check-ignore"], proc.returncode, proc.stderr)
         out = proc.stdout
         return {p for p in out.split("\0") if p}
 
@@ -197,12 +133,10 @@ class GitGuard:
     def protect(self, path: str) -> str:
         """Call before the agent edits repo-relative `path`. Returns '' to go ahead, or an
         error text (refuse mode, or git failed) for the model."""
-        import git
-
         if not self.enabled:
             return ""
         rel = self._rel(path)
-        if rel in self.protected or not (Path(self.repo.working_tree_dir) / rel).exists():
+        if rel in self.protected or not (self.top / rel).exists():
             self.protected.add(rel)
             return ""
         try:
@@ -226,21 +160,19 @@ class GitGuard:
                           f"spec-agent edits\n\n{SAVED_TRAILER}\n", "--", rel)
                 self.record(self._git("rev-parse", "HEAD"))
                 self.notes.append(f"committed your uncommitted changes to {rel} first")
-        except git.exc.GitCommandError as e:
+        except GitCommandError as e:
             return f"could not protect your uncommitted changes to {path}: {e.stderr.strip() or e}; not editing it"
         self.protected.add(rel)
         return ""
 
     def commit_turn(self, paths: list[str], task: str, turn: int) -> str:
         """Commit the agent's changes to `paths`; returns the new commit's short sha or ''."""
-        import git
-
         if not (self.enabled and self.auto_commit and paths):
             return ""
         rels = sorted({self._rel(p) for p in paths})
         try:
             rels = [r for r in rels if r not in self.ignored(rels)]  # `git add` refuses them
-        except git.exc.GitCommandError as e:
+        except GitCommandError as e:
             raise GitSafetyError(f"auto-commit failed: {e.stderr.strip() or e}") from None
         if not rels:
             return ""
@@ -254,30 +186,28 @@ class GitGuard:
             self._git("commit", "--no-verify", "-q", "-m", message, "--", *rels)
             sha = self._git("rev-parse", "HEAD")
             self.record(sha)
-        except git.exc.GitCommandError as e:
+        except GitCommandError as e:
             raise GitSafetyError(f"auto-commit failed: {e.stderr.strip() or e}") from None
         return sha[:8]
 
     def undo(self) -> str:
         """Revert the agent's last commit; returns a description or raises GitSafetyError."""
-        import git
-
         if not self.enabled:
             raise GitSafetyError(self.warning or "not a git repository")
-        if not self._has_head():
+        if not self.has_head():
             raise GitSafetyError("the repository has no commits")
-        head = self.repo.head.commit
-        if not self.is_agent_commit_id(head.hexsha):
+        sha, summary, parents = self.head()
+        if not self.is_agent_commit_id(sha):
             raise GitSafetyError(
-                f"the last commit ({head.hexsha[:8]} \"{head.summary}\") is not spec-agent's; "
+                f"the last commit ({sha[:8]} \"{summary}\") is not spec-agent's; "
                 "refusing to undo (did you commit on top of it?)"
             )
-        if not head.parents:
+        if not parents:
             raise GitSafetyError("the agent's commit is the repository's first commit; not undoing it")
         try:
             self._git("reset", "-q", "--keep", "HEAD~1")
-        except git.exc.GitCommandError as e:
+        except GitCommandError as e:
             raise GitSafetyError(
                 f"cannot undo: files of that commit have uncommitted changes ({e.stderr.strip() or e})"
             ) from None
-        return f"undid {head.hexsha[:8]} \"{head.summary}\"; HEAD is now {self.repo.head.commit.hexsha[:8]}"
+        return f"undid {sha[:8]} \"{summary}\"; HEAD is now {self.head()[0][:8]}"
