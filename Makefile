@@ -40,12 +40,13 @@ demo: setup
 	@bash scripts/demo.sh
 
 # Like the CLI: OpenBLAS preloaded, and OPENBLAS_CORETYPE from the CPU's flags once a check has
-# shown that kernel set computes correctly here (agent/engine/blas.py); a value you set wins.
+# shown that kernel set computes correctly here (agent/engine/blas.py; the verdict is kept in the
+# store as the CLI keeps it); a value you set wins.
 test: setup
 	$(BIN)/spec-agent models pull
 	$(BIN)/spec-agent models pull embedded
 	@lib="$$(ls /usr/lib/*-linux-gnu/openblas-pthread/libopenblas.so.0 2>/dev/null | head -1)"; \
-	core="$${OPENBLAS_CORETYPE-$$([ -z "$$lib" ] || $(BIN)/python -m agent.engine.blas coretype "$$lib")}"; \
+	core="$${OPENBLAS_CORETYPE-$$([ -z "$$lib" ] || $(BIN)/python -m agent.engine.blas coretype "$$lib" "$$($(BIN)/python -c 'from agent import store; print(store.home())')/blas-coretype.json")}"; \
 	echo "pytest with LD_PRELOAD=$${lib:-none} OPENBLAS_CORETYPE=$${core:-auto}"; \
 	env SPEC_AGENT_REQUIRE_EMBEDDED=1 LD_PRELOAD="$$lib" $${core:+OPENBLAS_CORETYPE="$$core"} $(BIN)/python -m pytest -q
 

@@ -204,10 +204,11 @@ def _main(argv: list[str] | None) -> int:
             return config_show(args, _flags(args))
         cfg = load_config(args.repo, _flags(args))
         if _needs_engine(args) and argv is None:
+            from . import store
             from .engine.blas import ensure_openblas
 
             if cfg.device != "gpu" and cfg.engine == "local":
-                warning = ensure_openblas(cfg.blas)  # may re-exec this process
+                warning = ensure_openblas(cfg.blas, store.home() / "blas-coretype.json")  # may re-exec
                 if warning:
                     print(warning, file=sys.stderr)
         return _dispatch(args, cfg, parser)
@@ -241,22 +242,22 @@ def _dispatch(args, cfg, parser) -> int:
         return eval_main(args, cfg)
     if args.command == "bench":
         if args.what == "lookup":
-            from .eval.bench_lookup import main as bench_lookup_main
+            from .bench.lookup import main as bench_lookup_main
 
             return bench_lookup_main(args, cfg)
         if args.what == "grammar":
-            from .eval.bench_grammar import main as bench_grammar_main
+            from .bench.grammar import main as bench_grammar_main
 
             return bench_grammar_main(args, cfg)
         if args.what == "cache":
-            from .bench_cache import main as bench_cache_main
+            from .bench.cache import main as bench_cache_main
 
             return bench_cache_main(args, cfg)
-        from .engine.bench import main as bench_main
+        from .bench.spec import main as bench_main
 
         return bench_main(args, cfg)
     if args.command == "acp":
-        from .ui.acp import run_acp
+        from .commands import run_acp
 
         return run_acp(args, cfg, _flags(args))
     if args.command == "undo":

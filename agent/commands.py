@@ -137,3 +137,29 @@ def undo(args, cfg: Config) -> int:
         print(f"spec-agent: error: {e}", file=sys.stderr)
         return 1
     return 0
+
+
+def run_acp(args, cfg: Config, flags: dict, model=None) -> int:
+    """`spec-agent acp`: serve until the client closes stdin. `model` replaces the local
+    engine (tests)."""
+    import asyncio
+    import logging
+
+    from .core.history import HistoryStore
+    from .runtime import Runtime
+    from .ui.acp import SpecAgent, protocol_stdout, serve
+
+    log = logging.getLogger("spec-agent.acp")
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+                        format="spec-agent acp: %(levelname)s: %(message)s")
+    out = protocol_stdout()
+    root = workspace(args)
+    warn = lambda m: log.warning("%s", m)  # noqa: E731
+    primary = Runtime(cfg, root, model=model, history=HistoryStore(root), warn=warn)
+    agent = SpecAgent(primary, flags, lambda c, where: Runtime(c, where, history=HistoryStore(where), warn=warn))
+    log.info("serving %s with %s (loading it in the background)", root, primary.model_name)
+    try:
+        asyncio.run(serve(agent, out))
+    finally:
+        agent.close()
+    return 0

@@ -7,7 +7,11 @@ This module imports nothing heavy so that any UI can import it cheaply.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
+
+# Where a decoded token came from: the target model itself, a draft model's token the target
+# accepted, an accepted prompt-lookup token, or a token the tool-call grammar determined.
+TokenSource = Literal["target", "draft", "lookup", "forced"]
 
 
 @dataclass(frozen=True)
@@ -48,7 +52,7 @@ class TextDelta(Event):
     text: str
     tokens: tuple[int, ...]
     from_draft: tuple[bool, ...] = ()
-    sources: tuple[str, ...] = ()
+    sources: tuple[TokenSource, ...] = ()
 
 
 class _Acceptance:

@@ -17,8 +17,18 @@ from typing import Any, Callable
 from tools import ToolContext, git
 from tools.sandbox import resolve as resolve_sandbox
 
+from . import store
 from .config import Config, ConfigError, check_value
 from .core.git import GitGuard
+
+
+def prefix_store(cfg: Config, warn: Callable[[str], None] | None = None):
+    """The prefix store the config asks for, under the store's home (None when both tiers are off)."""
+    from .engine.prefix_store import PrefixStore
+
+    if cfg.prefix_cache_mb <= 0 and cfg.disk_cache_mb <= 0:
+        return None
+    return PrefixStore(store.home() / "prefix-cache", cfg.prefix_cache_mb, cfg.disk_cache_mb, warn)
 
 
 def sampling_params(cfg: Config):
@@ -33,7 +43,7 @@ def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None]
     range-checked when the Config was built.)"""
     from .engine.drafters import Combined, DraftModel, PromptLookup
     from .engine.pairing import check_tokenizers, pairing_warnings
-    from .engine.session import ModelCache
+    from .engine.cache import ModelCache
     from .engine.speculative import SpecPolicy, Speculator
 
     say = warn or (lambda m: print(f"spec-agent: warning: {m}", file=sys.stderr))
@@ -128,36 +138,39 @@ class Runtime:
         """Open the backend the config names: load the local models (slow) and build the model
         adapter, or connect to an OpenAI-compatible server (`engine = "openai"`)."""
         if self.cfg.engine == "openai":
-            self.model = open_openai(self.cfg)
-            if self.conversation is not None:
-                self.conversation.model = self.model
+            self.use_model(open_openai(self.cfg))
             return
         from .backends.local import LocalModel
         from .core.prompt import tools_for
-        from .engine.loading import load_model, select_device
+        from . import models
+        from .engine.loading import select_device
         from .engine.pairing import preload_warnings
         from .engine.session import Session
 
         cfg = self.cfg
-        for w in preload_warnings(cfg.model, cfg.draft_model, select_device(cfg.device),
-                                  cfg.memory_headroom_gb):
+        target_at = str(models.resolve(cfg.model)[1])  # a model not pulled: one error, before loading
+        draft_at = str(models.resolve(cfg.draft_model)[1]) if cfg.draft_model else None
+        for w in preload_warnings(target_at, draft_at, select_device(cfg.device), cfg.memory_headroom_gb):
             self.warn(w)
-        target = load_model(cfg.model, device=cfg.device)
-        self.draft = load_model(cfg.draft_model, device=cfg.device) if cfg.draft_model else None
+        target = models.load(cfg.model, device=cfg.device)
+        self.draft = models.load(cfg.draft_model, device=cfg.device) if cfg.draft_model else None
         if self.store is None:
-            from .engine.prefix_store import PrefixStore
-
-            self.store = PrefixStore.from_config(cfg, self.warn)
+            self.store = prefix_store(cfg, self.warn)
         self.session = Session(target, speculator=make_speculator(cfg, target, self.draft, self.warn),
                                store=self.store, kv_bits=cfg.kv_bits)
-        self.model = LocalModel(self.session, sampling_params(cfg), cfg.max_tokens, self.ctx,
+        model = LocalModel(self.session, sampling_params(cfg), cfg.max_tokens, self.ctx,
                                 constrain=cfg.constrained_calls, tool_choice=cfg.tool_choice,
                                 tool_format=tool_format(cfg), tools=tools_for(cfg.edit_format))
-        if cfg.tool_format == "native" and not self.model.native_tools:
+        if cfg.tool_format == "native" and not model.native_tools:
             self.warn(f"{target.name}'s chat template has no tool-call format; tools are "
                       "described in the system prompt instead")
-        if self.conversation is not None:  # resumed before the models were loaded
-            self.conversation.model = self.model
+        self.use_model(model)  # (a conversation resumed before the models were loaded too)
+
+    def use_model(self, model: Any) -> None:
+        """Talk to `model` from now on, in the current conversation too."""
+        self.model = model
+        if self.conversation is not None:
+            self.conversation.set_model(model)
 
     @property
     def model_name(self) -> str:
@@ -189,9 +202,9 @@ class Runtime:
         if need == "reload":
             self.load()
         elif need == "speculator":
-            self.session.speculator = make_speculator(self.cfg, self.session.target, self.draft, self.warn)
+            self.session.set_speculator(make_speculator(self.cfg, self.session.target, self.draft, self.warn))
         elif need == "sampling":
-            self.model.params, self.model.max_tokens = sampling_params(self.cfg), self.cfg.max_tokens
+            self.model.set_sampling(sampling_params(self.cfg), self.cfg.max_tokens)
         return f"{key} = {getattr(self.cfg, key)!r}"
 
     # ---- conversations ----------------------------------------------------------------------

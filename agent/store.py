@@ -159,6 +159,18 @@ def is_present(m: StoreModel = DEFAULT_MODEL) -> bool:
     return model_path(m).is_file()
 
 
+def pinned_sha256(path: Path) -> str:
+    """The sha256 the store pins for `path` when it is a verified store file ('' otherwise)."""
+    try:
+        path, size = path.resolve(), path.stat().st_size
+    except OSError:
+        return ""
+    for m in KNOWN.values():
+        if model_path(m).resolve() == path and size == m.file_size:
+            return m.file_sha256
+    return ""
+
+
 def converted_root() -> Path:
     """Where converted (dequantized) weights live: one folder per source file and format."""
     return home() / "converted"

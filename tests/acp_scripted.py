@@ -63,7 +63,7 @@ class SlowScriptedModel(ScriptedModel):
 def main() -> int:
     from agent.cli import _flags, build_parser
     from agent.config import load_config
-    from agent.ui.acp import run_acp
+    from agent.commands import run_acp
 
     turns = json.loads(Path(sys.argv[1]).read_text())
     args = build_parser().parse_args(["acp", *sys.argv[2:]])

@@ -13,7 +13,7 @@ from agent import store
 
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory) -> Path:
-    from agent.engine.synthetic import train_tokenizer
+    from agent.bench.synthetic import train_tokenizer
 
     d = tmp_path_factory.mktemp("tokenizer")
     train_tokenizer(d, vocab_size=512)
@@ -22,14 +22,14 @@ def tokenizer_dir(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def llama_dir(tmp_path_factory, tokenizer_dir) -> Path:
-    from agent.engine.synthetic import random_model_folder
+    from agent.bench.synthetic import random_model_folder
 
     return random_model_folder(tmp_path_factory.mktemp("llama"), tokenizer_dir, "llama", seed=1)
 
 
 @pytest.fixture(scope="session")
 def qwen2_dir(tmp_path_factory, tokenizer_dir) -> Path:
-    from agent.engine.synthetic import random_model_folder
+    from agent.bench.synthetic import random_model_folder
 
     return random_model_folder(
         tmp_path_factory.mktemp("qwen2"), tokenizer_dir, "qwen2", seed=2, hidden=64
@@ -39,7 +39,7 @@ def qwen2_dir(tmp_path_factory, tokenizer_dir) -> Path:
 @pytest.fixture(scope="session")
 def pair_dirs(tmp_path_factory, tokenizer_dir) -> tuple[Path, Path]:
     """(target, draft) folders: the target contains the draft plus ε-scaled extra layers."""
-    from agent.engine.synthetic import controlled_pair
+    from agent.bench.synthetic import controlled_pair
 
     return controlled_pair(
         tmp_path_factory.mktemp("pair"), tokenizer_dir, hidden=64, draft_layers=1,
@@ -70,6 +70,6 @@ def embedded():
         if os.environ.get("SPEC_AGENT_REQUIRE_EMBEDDED"):
             pytest.fail(f"embedded model missing (run: {store.PULL_HINT})")
         pytest.skip(f"embedded model not pulled (run: {store.PULL_HINT})")
-    from agent.engine.loading import load_model
+    from agent import models
 
-    return load_model(None, device="cpu")
+    return models.load(None, device="cpu")

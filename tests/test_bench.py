@@ -29,7 +29,7 @@ def test_bench_quick_json(embedded):
 
 
 def test_loop_detection():
-    from agent.engine.bench import loop_period
+    from agent.bench.common import loop_period
 
     assert loop_period([1, 2, 3] * 10) == 3
     assert loop_period([7] * 30) == 1

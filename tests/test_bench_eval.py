@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.eval import bench_grammar, bench_lookup
+from agent.bench import grammar as bench_grammar, lookup as bench_lookup
 from agent.engine.session import Session
 from agent.events import TextDelta
 
@@ -99,7 +99,7 @@ def test_check_call_rejects_unfinished_and_off_schema_calls():
 
 @pytest.mark.parametrize("name", ["enums", "ref_defs", "nullable"])
 def test_constrained_calls_on_a_random_model_are_valid_and_spec_identical(llama, name):
-    from agent.constraints import ll_tokenizer
+    from agent.backends.grammar import ll_tokenizer
     from agent.engine.drafters import PromptLookup
     from agent.engine.speculative import SpecPolicy, Speculator
 

@@ -9,7 +9,7 @@ import mlx.core as mx
 import pytest
 from scripted import SAMPLE, git_repo  # noqa: F401
 
-from agent.constraints import GrammarConstraint, ll_tokenizer, tool_call_grammar
+from agent.backends.grammar import GrammarConstraint, ll_tokenizer, tool_call_grammar
 from agent.core.callformat import CLOSE, OPEN
 from agent.core.callformat import parse_calls
 from tools import TOOLS, ToolContext, validate

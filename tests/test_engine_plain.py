@@ -33,9 +33,9 @@ def chat_prompt(lm, text: str) -> list[int]:
 
 @pytest.mark.parametrize("fixture", ["llama", "qwen2"])
 def test_greedy_equals_mlx_lm_random_models(fixture, request, tokenizer_dir):
-    from agent.engine.loading import load_model
+    from agent import models
 
-    lm = request.getfixturevalue(fixture) if fixture == "llama" else load_model(
+    lm = request.getfixturevalue(fixture) if fixture == "llama" else models.load(
         str(request.getfixturevalue("qwen2_dir")), device="cpu"
     )
     prompt = chat_prompt(lm, "def add(a, b):\n    return a + b\n")
@@ -133,7 +133,7 @@ def test_stop_strings_cut_text(llama):
 
 def test_layers_at_different_offsets_reset_the_cache(llama):
     """A Ctrl-C inside a forward pass can leave layers at different offsets: start over."""
-    from agent.engine.session import ModelCache
+    from agent.engine.cache import ModelCache
     from agent.engine.step import prefill
 
     mc = ModelCache(llama)

@@ -36,7 +36,7 @@ def reference_logits(args: dict, weights: dict[str, np.ndarray], traditional: bo
 
 
 def loaded_logits(path, **kw):
-    return np.array(load_gguf(path, dequantize=True, cache=False, **kw).model(PROMPT))
+    return np.array(load_gguf(path, dequantize=True, **kw).model(PROMPT))
 
 
 @pytest.mark.parametrize("qtype", EVERY_TYPE, ids=lambda t: t.name)
@@ -78,7 +78,7 @@ def test_qwen2_biases_untied_head_and_neox_rope(tmp_path):
     assert "blk.0.attn_q.bias" in {t.name for t in read_header(s.path).tensors}
     want = reference_logits(s.args, s.expected)
     for reader in ("gguf", "mlx"):
-        lm = load_gguf(s.path, dequantize=True, cache=False, reader=reader)
+        lm = load_gguf(s.path, dequantize=True, reader=reader)
         assert not lm.model.args.tie_word_embeddings and not lm.model.args.rope_traditional
         np.testing.assert_allclose(np.array(lm.model(PROMPT)), want, rtol=1e-4, atol=1e-4)
     # the comparison has teeth: the other RoPE convention changes the logits
@@ -96,7 +96,7 @@ def test_llama_permuted_qk_tied_head(tmp_path):
             hf[name] = llama_unpermute(hf[name], heads)
     want = reference_logits(s.args, hf)  # Hugging Face order, non-traditional RoPE
     for reader in ("gguf", "mlx"):
-        lm = load_gguf(s.path, dequantize=True, cache=False, reader=reader)
+        lm = load_gguf(s.path, dequantize=True, reader=reader)
         assert lm.model.args.tie_word_embeddings and lm.model.args.rope_traditional
         np.testing.assert_allclose(np.array(lm.model(PROMPT)), want, rtol=1e-4, atol=1e-4)
 
@@ -116,7 +116,7 @@ def test_mixed_quant_model_matches_dequantized_reference(tmp_path):
 
 def test_requantized_for_gpu_stays_close(tmp_path):
     s = gguf_synth.write(tmp_path / "q.gguf", "qwen2", lambda n: T.Q4_K if "mlp" in n else T.Q8_0)
-    lm = load_gguf(s.path, dequantize=False, cache=False)
+    lm = load_gguf(s.path, dequantize=False)
     layer = lm.model.model.layers[0]
     assert (layer.mlp.up_proj.bits, layer.self_attn.q_proj.bits) == (4, 8)
     got = np.array(lm.model(PROMPT))
@@ -128,8 +128,8 @@ def test_converted_weights_are_cached_and_reused(tmp_path):
     from agent import store
 
     s = gguf_synth.write(tmp_path / "c.gguf", "qwen2", lambda n: T.Q4_K)
-    cold = load_gguf(s.path, dequantize=True)
-    warm = load_gguf(s.path, dequantize=True)
+    cold = load_gguf(s.path, dequantize=True, cache=store.converted_root())
+    warm = load_gguf(s.path, dequantize=True, cache=store.converted_root())
     assert (cold.reader, warm.reader) == ("gguf", "cache")
     np.testing.assert_array_equal(np.array(cold.model(PROMPT)), np.array(warm.model(PROMPT)))
     assert warm.stop_ids == cold.stop_ids
@@ -140,17 +140,19 @@ def test_converted_weights_are_cached_and_reused(tmp_path):
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["source_sha256"] == store.sha256_file(s.path)
     (folder / "manifest.json").write_text("{broken")
-    assert load_gguf(s.path, dequantize=True).reader == "gguf"  # a bad cache is rebuilt
+    assert load_gguf(s.path, dequantize=True, cache=store.converted_root()).reader == "gguf"  # a bad cache is rebuilt
 
 
 def test_requantized_conversion_is_cached_too(tmp_path):
+    from agent import store
+
     s = gguf_synth.write(tmp_path / "g.gguf", "qwen2", lambda n: T.Q5_K)
-    cold = load_gguf(s.path, dequantize=False)
-    warm = load_gguf(s.path, dequantize=False)
+    cold = load_gguf(s.path, dequantize=False, cache=store.converted_root())
+    warm = load_gguf(s.path, dequantize=False, cache=store.converted_root())
     assert (cold.reader, warm.reader) == ("gguf", "cache")
     assert warm.model.model.layers[1].mlp.down_proj.bits == 4
     np.testing.assert_array_equal(np.array(cold.model(PROMPT)), np.array(warm.model(PROMPT)))
-    assert load_gguf(s.path, dequantize=True).reader == "gguf"  # f32 is a separate entry
+    assert load_gguf(s.path, dequantize=True, cache=store.converted_root()).reader == "gguf"  # f32 is a separate entry
 
 
 def test_unsupported_architecture_and_tokenizer(tmp_path):
@@ -160,12 +162,12 @@ def test_unsupported_architecture_and_tokenizer(tmp_path):
     w.add_tensor("w", np.zeros((4, 32), np.float32))
     w.write_header_to_file(), w.write_kv_data_to_file(), w.write_tensors_to_file(), w.close()
     with pytest.raises(ModelLoadError, match="architecture 'mamba' is not supported"):
-        load_gguf(tmp_path / "x.gguf", dequantize=True, cache=False)
+        load_gguf(tmp_path / "x.gguf", dequantize=True)
 
 
 def test_tokenizer_pre_qwen2_digits_control_and_user_tokens(tmp_path):
     s = gguf_synth.write(tmp_path / "t.gguf", "qwen2")
-    tok = load_gguf(s.path, dequantize=True, cache=False).tokenizer
+    tok = load_gguf(s.path, dequantize=True).tokenizer
     tokens, _, _ = gguf_synth.byte_vocab()
     ids = tok.encode("x = 123")
     assert [tokens[i] for i in ids][-3:] == ["1", "2", "3"]  # digits one by one
@@ -183,7 +185,7 @@ def test_memory_estimate_counts_f32_on_the_cpu(tmp_path, monkeypatch):
     from agent.engine import pairing
 
     s = gguf_synth.write(tmp_path / "e.gguf", "qwen2", lambda n: T.Q4_K)
-    lm = load_gguf(s.path, dequantize=True, cache=False)
+    lm = load_gguf(s.path, dequantize=True)
     loaded = sum(v.nbytes for _, v in tree_flatten(lm.model.parameters()))
     assert pairing.estimate_weight_bytes(str(s.path), "cpu") == loaded
     assert pairing.estimate_weight_bytes(str(s.path), "gpu") < loaded / 4  # Q4_K stays small

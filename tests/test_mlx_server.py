@@ -39,13 +39,14 @@ def free_port() -> int:
 def server_env() -> dict[str, str]:
     """The server's environment: OpenBLAS preloaded as the CLI does (FACTS: the reference
     BLAS is several times slower), nothing inherited that could reach the Hub."""
+    from agent import store
     from agent.engine import blas
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "LD_PRELOAD": ""}
     lib = blas.openblas_library() if sys.platform == "linux" else None
     if lib:
         env["LD_PRELOAD"] = lib
-        coretype = blas.verified_coretype(lib)
+        coretype = blas.verified_coretype(lib, store.home() / "blas-coretype.json")
         if coretype:
             env["OPENBLAS_CORETYPE"] = coretype
     return env
@@ -210,11 +211,11 @@ def test_qwen_coder_chooses_a_tool_through_mlx_server(tmp_path):
     the `tools` parameter: the model itself calls read_file, the tool runs, the result goes
     back, and the second request reuses the server's cache."""
     from agent import store
-    from agent.engine.loading import load_model
+    from agent import models
 
     if not store.is_present(store.lookup("qwen2.5-coder-0.5b")):
         pytest.skip("qwen2.5-coder-0.5b not pulled (spec-agent models pull qwen2.5-coder-0.5b)")
-    folder = export_mlx(load_model("qwen2.5-coder-0.5b", device="cpu"), tmp_path / "qwen05")
+    folder = export_mlx(models.load("qwen2.5-coder-0.5b", device="cpu"), tmp_path / "qwen05")
     server = MlxServer(folder).wait()
     try:
         from tools import TOOLS

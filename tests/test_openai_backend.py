@@ -403,7 +403,7 @@ def test_the_server_backend_needs_no_mlx():
 
     r = _import_blocked(("mlx", "mlx_lm", "textual", "prompt_toolkit"), ("agent.engine",),
                         "agent.backends.openai, agent.backends.base, agent.core.conversation, "
-                        "agent.constraints")
+                        "agent.backends.grammar")
     assert r.returncode == 0 and "OK" in r.stdout, r.stderr
 
 

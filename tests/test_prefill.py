@@ -175,8 +175,8 @@ def test_coretype_verdict_is_checked_once_and_cached(tmp_path, monkeypatch):
     monkeypatch.setattr(blas, "cpu_info", lambda: ("Test CPU", {"avx2", "fma"}))
     checks = []
     monkeypatch.setattr(blas, "check_coretype", lambda lib, ct: checks.append(ct) or 3e-7)
-    assert blas.verified_coretype("/x/libopenblas.so.0") == "Haswell"
-    assert blas.verified_coretype("/x/libopenblas.so.0") == "Haswell"
+    assert blas.verified_coretype("/x/libopenblas.so.0", tmp_path / "blas-coretype.json") == "Haswell"
+    assert blas.verified_coretype("/x/libopenblas.so.0", tmp_path / "blas-coretype.json") == "Haswell"
     assert checks == ["Haswell"]
     saved = json.loads((tmp_path / "blas-coretype.json").read_text())
     assert [v["ok"] for v in saved.values()] == [True]
@@ -187,7 +187,7 @@ def test_coretype_falls_back_when_check_fails(error, tmp_path, monkeypatch):
     monkeypatch.setenv("SPEC_AGENT_HOME", str(tmp_path))
     monkeypatch.setattr(blas, "cpu_info", lambda: ("Test CPU", {"avx2", "fma"}))
     monkeypatch.setattr(blas, "check_coretype", lambda lib, ct: error)
-    assert blas.verified_coretype("/x/libopenblas.so.0") is None
+    assert blas.verified_coretype("/x/libopenblas.so.0", tmp_path / "blas-coretype.json") is None
 
 
 def _reexec_env(monkeypatch, tmp_path, **env) -> dict:
@@ -199,7 +199,7 @@ def _reexec_env(monkeypatch, tmp_path, **env) -> dict:
     for k, v in env.items():
         monkeypatch.setenv(k, v)
     monkeypatch.setattr(blas, "openblas_library", lambda: "/x/libopenblas.so.0")
-    monkeypatch.setattr(blas, "verified_coretype", lambda lib: "SkylakeX")
+    monkeypatch.setattr(blas, "verified_coretype", lambda lib, verdicts: "SkylakeX")
     seen = {}
 
     def fake_execve(path, argv, env):

@@ -13,7 +13,8 @@ from agent.cancel import CancelToken
 from agent.engine import drafters, prefix_disk
 from agent.engine.drafters import Combined, DraftModel, PromptLookup
 from agent.engine.prefix_store import PrefixStore
-from agent.engine.session import Session, make_cache
+from agent.engine.cache import make_cache
+from agent.engine.session import Session
 from agent.engine.speculative import SpecPolicy, Speculator
 from agent.engine.step import prefill
 from agent.events import GenerationStats, PrefillProgress, TextDelta
@@ -306,7 +307,7 @@ def test_runtime_wires_the_store(llama_dir, tmp_path, monkeypatch):
 
 def test_bench_cache_pipeline_on_a_tiny_model(llama_dir):
     """`bench cache` end to end at a small context: the new process finds the disk cache."""
-    from agent.bench_cache import run_bench
+    from agent.bench.cache import run_bench
     from agent.config import Config
 
     out = run_bench(Config(model=str(llama_dir), device="cpu"), context=2800, log=lambda m: None)

@@ -33,10 +33,10 @@ def _model(name: str):
     if not store.is_present(store.lookup(name)):
         pytest.skip(f"{name} not pulled (run: {store.PULL_HINT} {name})")
     if name not in _loaded:
-        from agent.engine.loading import load_model
+        from agent import models
 
         _loaded.clear()  # hold one model at a time (the 1.5B is 7 GB in f32)
-        _loaded[name] = load_model(name, device="cpu")
+        _loaded[name] = models.load(name, device="cpu")
     return _loaded[name]
 
 
@@ -145,7 +145,7 @@ def test_large_model_perplexity_and_draft_agreement():
 
 def test_trained_pair_bench_machinery_on_a_tiny_pair(pair):
     """bench_trained's interleaved runs and figures, on the conftest pair (no download)."""
-    from agent.engine.bench_pair import bench_trained
+    from agent.bench.pair import bench_trained
 
     target, draft = pair
     out = bench_trained(target, draft, 12, [2, 3], log=lambda m: None)

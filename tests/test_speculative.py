@@ -13,18 +13,12 @@ from agent.engine.loading import LoadedModel
 from agent.engine.sampling import SamplingParams
 from agent.engine.session import Session
 from agent.engine.speculative import SpecPolicy, Speculator, verify_round
-from agent.events import GenerationStats, SpeculationChanged, TextDelta
+from agent.events import SpeculationChanged, TextDelta
 
 
 def run(session: Session, prompt, **kw):
-    toks, stats, events = [], None, []
-    for e in session.generate(prompt, **kw):
-        events.append(e)
-        if isinstance(e, TextDelta):
-            toks += e.tokens
-        elif isinstance(e, GenerationStats):
-            stats = e
-    return toks, stats, events
+    done = session.complete(prompt, **kw)
+    return done.tokens, done.stats, done.events
 
 
 def make_drafter(kind: str, draft: LoadedModel):
@@ -129,7 +123,7 @@ def test_cache_offsets_for_every_rejection_pattern(pair, accept):
 def test_mismatched_tokenizer_refused(tmp_path, pair):
     from agent.config import Config
     from agent.engine.loading import load_model
-    from agent.engine.synthetic import random_model_folder, train_tokenizer
+    from agent.bench.synthetic import random_model_folder, train_tokenizer
     from agent.runtime import make_speculator
 
     other_tok = tmp_path / "tok"
@@ -399,7 +393,7 @@ def test_a_round_accepted_in_full_costs_the_next_one_only_k_draft_steps(pair):
 
 
 def _tool_constraint(lm):
-    from agent.constraints import GrammarConstraint, ll_tokenizer, tool_call_grammar
+    from agent.backends.grammar import GrammarConstraint, ll_tokenizer, tool_call_grammar
     from tools import TOOLS
 
     files = {"calc.py": "def add(a, b):\n    return a + b\n"}
@@ -469,7 +463,7 @@ def _sliding_window(lm: LoadedModel, size: int) -> LoadedModel:
 
 def test_cache_that_cannot_rewind_is_reset_and_refuses_speculation(pair):
     from agent.config import Config
-    from agent.engine.session import ModelCache
+    from agent.engine.cache import ModelCache
     from agent.engine.step import prefill
     from agent.runtime import make_speculator
 

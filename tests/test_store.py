@@ -132,7 +132,7 @@ def test_cli_pull_offline_chunked_is_one_line_exit_2(tmp_path):
 
 def test_store_names_resolve_for_cli_and_specrc(tmp_path, monkeypatch):
     from agent.engine.errors import ModelNotFoundError
-    from agent.engine.loading import resolve
+    from agent.models import resolve
 
     monkeypatch.setenv("SPEC_AGENT_HOME", str(tmp_path))
     with pytest.raises(ModelNotFoundError, match="fetch it with: spec-agent models pull "

@@ -51,10 +51,6 @@ class Tool:
     kind: str = "read"  # read | edit | shell: what the approval policy looks at
     paths: tuple[str, ...] = field(default=())  # argument names holding repo paths
 
-    def spec(self) -> dict[str, Any]:
-        """Name, description and schema, as shown to the model."""
-        return {"name": self.name, "description": self.description, "parameters": self.schema}
-
 
 def cap(text: str, limit: int) -> str:
     """Cut `text` to `limit` characters, saying how much was left out."""

@@ -15,31 +15,10 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Iterator, Mapping, Protocol
+from typing import Any, Mapping
 
-from ..cancel import CancelToken
+from ..core.backend import Backend, ModelError  # noqa: F401 - re-exported: what every backend implements
 from ..core.callformat import RESULT_OPEN, call_bodies, decode_call_json, strip_calls
-from ..events import Event
-
-
-class ModelError(Exception):
-    """The backend could not produce a turn (context full, server down, HTTP error); ends
-    the message with this text as its error."""
-
-
-class Backend(Protocol):
-    """Produces assistant turns. `native_tools`: the tool schemas reach the model through
-    its own tool format (the system prompt then does not list them). `label`: what status
-    bars show, e.g. "local" or "openai 127.0.0.1:8080"."""
-
-    native_tools: bool
-    label: str
-
-    def generate(self, messages: list[dict[str, str]], cancel: CancelToken) -> Iterator[Event]:
-        """Stream one assistant turn: `TextDelta`s (calls as `<tool_call>` text), progress
-        events, then exactly one `GenerationStats` (finish_reason "cancelled" when `cancel`
-        stopped it). Raises ModelError when no turn can be produced."""
-        ...
 
 
 def tool_specs(tools: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -4,7 +4,7 @@ grammar-constrained tool calls.
 One assistant turn is up to two `Session.generate` calls on the same, growing prompt:
 1. free text until the model writes `<tool_call>` (a stop string) or ends its answer;
 2. if it opened a call: the prompt plus the text so far (the session's prefix cache makes
-   this nearly free), decoded under `agent.constraints.tool_call_grammar` — schema-valid
+   this nearly free), decoded under `agent.backends.grammar.tool_call_grammar` — schema-valid
    arguments, `edit_file` `old` texts taken from the files — until `</tool_call>`.
 With `constrain=False` step 2 runs unconstrained and the loop validates the call afterwards.
 When the model's chat template takes `tools` and asks for Hermes-style calls
@@ -17,16 +17,17 @@ rounds. Not here: parsing and running calls (agent/core).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from typing import Any, Iterator, Mapping
 
 from tools import ToolContext
 
 from ..cancel import CancelToken
-from ..constraints import GrammarConstraint, candidate_files, ll_tokenizer, tool_call_grammar
 from ..core.callformat import CLOSE, OPEN, RESULT_OPEN, is_first_turn, read_paths
 from ..events import Event, GenerationStats, TextDelta, Warning
 from .base import ModelError, tool_specs, wire_messages
+from .grammar import GrammarConstraint, candidate_files, ll_tokenizer, tool_call_grammar
 
 _PROBE = "spec_agent_probe_tool"
 BARE_CALL = '{"name"'  # a reply opening like this is a call written without its markers
@@ -93,6 +94,16 @@ class LocalModel:
         self.last_grammar = ""
         # "native" asks for the model's own format; a template without one keeps the text format.
         self.native_tools = tool_format != "text" and template_takes_tools(session.tokenizer)
+
+    def set_sampling(self, params: Any, max_tokens: int) -> None:
+        """Sample with `params`, at most `max_tokens` per turn, from the next turn on."""
+        self.params, self.max_tokens = params, max_tokens
+
+    def for_workspace(self, ctx: ToolContext) -> "LocalModel":
+        """The same engine and caches, reading another workspace's files for the grammar."""
+        other = copy.copy(self)
+        other.ctx = ctx
+        return other
 
     def render(self, messages: list[dict[str, str]]) -> list[int]:
         """Prompt tokens for `messages` (tool schemas through the template when native)."""

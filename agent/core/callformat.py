@@ -5,7 +5,7 @@ Qwen2.5's chat template uses; the embedded SmolLM2 has none of its own, so it le
 from the system prompt). A reply that is nothing but one call object, without the markers
 (`{"name": "read_file", "arguments": {...}}`, or `"parameters"` as Llama 3.x writes it), naming
 one of the tools, counts as that call: small models often drop the markers. Results go back to the model as `<tool_result ...>` blocks in a user
-message. The grammar that constrains calls (agent/constraints.py) uses the same markers.
+message. The grammar that constrains calls (agent/backends/grammar.py) uses the same markers.
 """
 
 from __future__ import annotations

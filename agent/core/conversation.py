@@ -7,7 +7,7 @@ call and its result, git actions, per-turn stats, and finally `RunStopped` + `Ag
 kept across messages and is append-only, so a session with prefix caching re-reads only the
 new messages. A `CancelToken` stops a message between decoding rounds and between tool calls;
 the history stays well-formed (a cut assistant message is kept without its partial call, and
-every call gets a result). The model is any `Backend` (agent/backends/base.py);
+every call gets a result). The model is any `Backend` (agent/core/backend.py);
 asking the user is the `Approver`'s business (agent/ui). Nothing here renders.
 """
 
@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterator, Protocol
 from tools import TOOLS, ToolContext, ToolResult, call_tool
 
 from .approvals import decide
-from ..backends.base import Backend, ModelError
+from .backend import Backend, ModelError
 from ..cancel import CancelToken
 from ..config import Config
 from ..events import (AgentResult, ApprovalRequest, ApprovalRequired, AssistantMessage,
@@ -37,7 +37,7 @@ from .prompt import system_prompt
 from .wholefile import judge, parse_blocks
 
 
-Model = Backend  # what the conversation talks to: any agent.backends.base.Backend
+Model = Backend  # what the conversation talks to: any agent.core.backend.Backend
 
 
 class Approver(Protocol):
@@ -125,6 +125,10 @@ class Conversation:
         for m in self.messages[self._saved:]:
             self.on_message(m)
         self._saved = len(self.messages)
+
+    def set_model(self, model: Model) -> None:
+        """Talk to `model` from the next call on (the history stays)."""
+        self.model = model
 
     def set_config(self, cfg: Config) -> None:
         """Use `cfg` from the next call on (e.g. a new approval mode)."""

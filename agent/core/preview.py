@@ -9,42 +9,23 @@ when every program it runs was approved so); destructive commands are never cove
 
 from __future__ import annotations
 
-import difflib
 from pathlib import Path
 from typing import Any
 
 from tools.denylist import programs
+from tools.edits import plan
 from ..events import ApprovalRequest
-
-
-def _diff(old: str, new: str, path: str) -> str:
-    return "".join(difflib.unified_diff(old.splitlines(keepends=True),
-                                        new.splitlines(keepends=True), f"a/{path}", f"b/{path}"))
 
 
 def edit_preview(root: Path, name: str, arguments: dict[str, Any]) -> str:
     """The unified diff `edit_file`/`write_file` would make now, or why it would fail."""
-    from tools._paths import PathError, confine
-    from tools.edit_file import apply_edits
-    from tools.read_file import read_text
-
-    path = str(arguments.get("path", ""))
     try:
-        full = confine(root, path)
-        old = read_text(full.read_bytes()) if full.is_file() else ""
-    except PathError as e:
-        return f"(this edit will fail: {e})"
+        planned = plan(root, name, arguments)
     except OSError as e:
-        return f"(this edit will fail: {path}: {e.strerror or e})"
-    if old is None:
-        return f"(this edit will fail: {path} is a binary file)"
-    if name == "write_file":
-        new = str(arguments.get("content", ""))
-        return _diff(old, new, path) or f"(no change to {path})"
-    new, problem = apply_edits(old, list(arguments.get("edits", [])), path)
-    if new is None:
-        return f"(this edit will fail: {problem})"
-    return _diff(old, new, path) or f"(no change to {path})"
+        return f"(this edit will fail: {arguments.get('path', '')}: {e.strerror or e})"
+    if planned.problem:
+        return f"(this edit will fail: {planned.problem})"
+    return planned.diff() or f"(no change to {planned.path})"
 
 
 def scope_of(kind: str, arguments: dict[str, Any]) -> str:

@@ -54,10 +54,11 @@ def loaded_blas() -> str:
     return "reference" if "libblas" in maps else "not loaded"
 
 
-def ensure_openblas(mode: str = "auto") -> str | None:
+def ensure_openblas(mode: str = "auto", verdicts: Path | None = None) -> str | None:
     """Re-exec this process with OpenBLAS preloaded when useful; returns a warning or None.
 
-    `mode`: "auto" (preload when available), "off" (keep the reference BLAS).
+    `mode`: "auto" (preload when available), "off" (keep the reference BLAS); `verdicts`: the
+    file `verified_coretype` keeps its checks in.
     Returns only when no re-exec happened.
     """
     if sys.platform != "linux" or mode == "off":
@@ -76,7 +77,7 @@ def ensure_openblas(mode: str = "auto") -> str | None:
     env["LD_PRELOAD"] = ":".join(p for p in (lib, env.get("LD_PRELOAD", "")) if p)
     env[_REEXEC_FLAG] = "1"
     if "OPENBLAS_CORETYPE" not in env:
-        coretype = verified_coretype(lib)
+        coretype = verified_coretype(lib, verdicts)
         if coretype:
             env["OPENBLAS_CORETYPE"] = coretype
     argv = [sys.executable, *sys.orig_argv[1:]]
@@ -151,46 +152,41 @@ def check_coretype(lib: str, coretype: str, timeout: float = 120.0) -> float | N
         return None
 
 
-def _verdict_file() -> Path:
-    from .. import store
-
-    return store.home() / "blas-coretype.json"
-
-
-def verified_coretype(lib: str) -> str | None:
+def verified_coretype(lib: str, verdicts: Path | None = None) -> str | None:
     """The coretype to force for `lib` on this CPU, or None; checked once, then cached on disk.
 
     The cache key names the CPU model, the kernel set and the real library file (a new
-    OpenBLAS version is checked again). A failed check is remembered too: delete
-    `<store>/blas-coretype.json` to check again.
+    OpenBLAS version is checked again) in the `verdicts` file (None: not kept; the CLI's is
+    `<store>/blas-coretype.json`). A failed check is remembered too: delete it to check again.
     """
     name, flags = cpu_info()
     coretype = coretype_for(flags)
     if coretype is None:
         return None
     key = f"{name}|{coretype}|{os.path.realpath(lib)}"
-    path = _verdict_file()
+    path = verdicts
     try:
-        verdicts = json.loads(path.read_text())
+        seen = json.loads(path.read_text()) if path else {}
     except (OSError, ValueError):
-        verdicts = {}
-    if not isinstance(verdicts, dict) or not isinstance(verdicts.get(key, {}), dict):
-        verdicts = {}  # not ours: start again
-    if key not in verdicts:
+        seen = {}
+    if not isinstance(seen, dict) or not isinstance(seen.get(key, {}), dict):
+        seen = {}  # not ours: start again
+    if key not in seen:
         error = check_coretype(lib, coretype)
-        verdicts[key] = {"ok": error is not None and error < _MAX_REL_ERROR, "rel_error": error}
+        seen[key] = {"ok": error is not None and error < _MAX_REL_ERROR, "rel_error": error}
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(verdicts, indent=1))
-            tmp.replace(path)
+            if path:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(json.dumps(seen, indent=1))
+                tmp.replace(path)
         except OSError:
             pass  # unwritable store: check again next time
-    return coretype if verdicts[key].get("ok") else None
+    return coretype if seen[key].get("ok") else None
 
 
-if __name__ == "__main__":  # `python -m agent.engine.blas coretype LIB`: for the Makefile
-    if len(sys.argv) == 3 and sys.argv[1] == "coretype":
-        print(verified_coretype(sys.argv[2]) or "")
+if __name__ == "__main__":  # `python -m agent.engine.blas coretype LIB [VERDICTS]`: for the Makefile
+    if len(sys.argv) in (3, 4) and sys.argv[1] == "coretype":
+        print(verified_coretype(sys.argv[2], Path(sys.argv[3]) if len(sys.argv) == 4 else None) or "")
     else:
-        sys.exit("usage: python -m agent.engine.blas coretype LIBOPENBLAS")
+        sys.exit("usage: python -m agent.engine.blas coretype LIBOPENBLAS [VERDICTS_FILE]")

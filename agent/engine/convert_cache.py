@@ -1,6 +1,6 @@
 """Converted GGUF weights cached in the model store, so only the first load dequantizes.
 
-One folder per (source file sha256, weight format) under `store.converted_root()`:
+One folder per (source file sha256, weight format) under a root the caller hands in:
 `model.safetensors` (the model's parameters by mlx-lm name), `tokenizer.json`, and
 `manifest.json` naming the source sha256, the model arguments, quantization per layer, stop
 ids and the tokenizer's special tokens and chat template. Folders appear atomically (built
@@ -10,6 +10,7 @@ mtime, so a warm load does not hash the GGUF file again. Nothing here knows GGUF
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -20,20 +21,16 @@ from typing import Any
 
 import mlx.core as mx
 
-from .. import store
 
 VERSION = 1
 _SOURCES = "sources.json"
 
 
-def source_sha256(path: Path) -> str:
-    """sha256 of a GGUF file: pinned for verified store files, else hashed once and memoised."""
+def source_sha256(path: Path, root: Path) -> str:
+    """sha256 of a GGUF file, hashed once and memoised under `root` (by size and mtime)."""
     path = path.resolve()
     st = path.stat()
-    for m in store.KNOWN.values():
-        if store.model_path(m).resolve() == path and st.st_size == m.file_size:
-            return m.file_sha256
-    memo_path = store.converted_root() / _SOURCES
+    memo_path = root / _SOURCES
     try:
         memo = json.loads(memo_path.read_text())
     except (OSError, ValueError):
@@ -41,7 +38,8 @@ def source_sha256(path: Path) -> str:
     hit = memo.get(str(path))
     if hit and hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns:
         return hit["sha256"]
-    digest = store.sha256_file(path)
+    with open(path, "rb") as f:
+        digest = hashlib.file_digest(f, "sha256").hexdigest()
     memo[str(path)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
     try:
         memo_path.parent.mkdir(parents=True, exist_ok=True)
@@ -53,13 +51,13 @@ def source_sha256(path: Path) -> str:
     return digest
 
 
-def folder_for(sha256: str, fmt: str) -> Path:
-    return store.converted_root() / f"{sha256[:24]}-{fmt}-v{VERSION}"
+def folder_for(root: Path, sha256: str, fmt: str) -> Path:
+    return root / f"{sha256[:24]}-{fmt}-v{VERSION}"
 
 
-def lookup(sha256: str, fmt: str) -> tuple[Path, dict[str, Any]] | None:
-    """(folder, manifest) of a complete cached conversion, or None."""
-    folder = folder_for(sha256, fmt)
+def lookup(root: Path, sha256: str, fmt: str) -> tuple[Path, dict[str, Any]] | None:
+    """(folder, manifest) of a complete cached conversion under `root`, or None."""
+    folder = folder_for(root, sha256, fmt)
     try:
         manifest = json.loads((folder / "manifest.json").read_text())
     except (OSError, ValueError):
@@ -69,10 +67,10 @@ def lookup(sha256: str, fmt: str) -> tuple[Path, dict[str, Any]] | None:
     return folder, manifest
 
 
-def save(sha256: str, fmt: str, weights: dict[str, mx.array], tokenizer: Any,
+def save(root: Path, sha256: str, fmt: str, weights: dict[str, mx.array], tokenizer: Any,
          manifest: dict[str, Any]) -> Path | None:
     """Write a conversion atomically; None (and nothing written) when the disk is too full."""
-    final = folder_for(sha256, fmt)
+    final = folder_for(root, sha256, fmt)
     root = final.parent
     root.mkdir(parents=True, exist_ok=True)
     need = sum(v.nbytes for v in weights.values()) + (64 << 20)

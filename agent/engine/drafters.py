@@ -16,6 +16,8 @@ from typing import Protocol, Sequence
 
 import mlx.core as mx
 
+from ..events import TokenSource
+from .cache import ModelCache
 from .draft_head import RestrictedHead
 from .loading import LoadedModel
 from .sampling import SamplingParams, apply_mask, apply_penalty, log_probs, penalized_ids
@@ -28,7 +30,7 @@ class Draft:
     # (len(tokens), V) log-probabilities the tokens were drawn from; None = deterministic
     # proposal (point mass), as for lookup or greedy drafting.
     logq: mx.array | None = None
-    source: str = ""
+    source: TokenSource = "draft"
 
 
 class Drafter(Protocol):
@@ -47,8 +49,6 @@ class DraftModel:
 
     def __init__(self, lm: LoadedModel, min_confidence: float = 0.0, vocab_limit: int = 0,
                  draft_vocab: int = 0):
-        from .session import ModelCache
-
         self.lm = lm
         self.cache = ModelCache(lm)
         self.fed: list[int] = []  # tokens in the draft cache (a prefix of the history)
@@ -186,7 +186,7 @@ class DraftModel:
             logq = mx.concatenate(lps, axis=0)
             if self.head is not None:  # q = 0 outside the head's ids, at the target's width
                 logq = self.head.widen(logq)
-        return Draft(values, logq, self.name)
+        return Draft(values, logq, "draft")
 
 
 class PromptLookup:
@@ -319,7 +319,7 @@ class PromptLookup:
     def propose(self, history, k, params, constraint=None) -> Draft:
         n, cont = self.match(history, k)
         self.last_match = n
-        return Draft(cont, None, self.name)
+        return Draft(cont, None, "lookup")
 
 
 def _fit_width(mask: mx.array, width: int) -> mx.array:
@@ -362,5 +362,5 @@ class Combined:
     def propose(self, history, k, params, constraint=None) -> Draft:
         n, cont = self.lookup.match(history, self.lookup_k)
         if n >= self.confident_n and cont:
-            return Draft(cont, None, self.lookup.name)
+            return Draft(cont, None, "lookup")
         return self.model.propose(history, k, params, constraint)

@@ -1,4 +1,5 @@
-"""Errors the engine raises for bad input; the CLI turns each into one line and exit code 2."""
+"""Errors the engine raises for bad input; the CLI turns each into one line and its `exit_code`
+(2 for a bad model reference, file or pairing; 1 for the rest)."""
 
 
 class SpecAgentError(Exception):

@@ -8,7 +8,7 @@ Two readers:
   each tensor is read from the file by offset and turned into f32 with
   `gguf.quants.dequantize` (numpy). On the CPU the model runs in f32; on a GPU the linear
   layers are re-quantized to MLX affine 4-bit (sources under 6 bits per weight) or 8-bit.
-  This conversion is cached in the store (convert_cache), so later loads read safetensors.
+  This conversion is cached in a folder the caller names (convert_cache), so later loads read safetensors.
 Tensor names and hyper-parameters come from gguf_arch; the tokenizer from gguf_tokenizer.
 """
 
@@ -130,13 +130,13 @@ def _load_converted(folder: Path, manifest: dict[str, Any]) -> nn.Module:
     return model
 
 
-def _load_via_gguf(header: GGUFHeader, dequantize: bool, cache: bool) -> GGUFModel:
+def _load_via_gguf(header: GGUFHeader, dequantize: bool, cache: Path | None, sha256: str) -> GGUFModel:
     from mlx.utils import tree_flatten
 
     t0 = time.perf_counter()
     fmt = "f32" if dequantize else f"affine-g{_GROUP}"
-    sha = convert_cache.source_sha256(header.path) if cache else ""
-    hit = convert_cache.lookup(sha, fmt) if cache else None
+    sha = (sha256 or convert_cache.source_sha256(header.path, cache)) if cache else ""
+    hit = convert_cache.lookup(cache, sha, fmt) if cache else None
     if hit is not None:
         folder, manifest = hit
         model = _load_converted(folder, manifest)
@@ -150,7 +150,7 @@ def _load_via_gguf(header: GGUFHeader, dequantize: bool, cache: bool) -> GGUFMod
         manifest = {"source_name": header.path.name, "args": args, "quantization": plan,
                     "stop_ids": stops, "special_tokens": _special_tokens(meta),
                     "chat_template": meta.get("tokenizer.chat_template")}
-        where = convert_cache.save(sha, fmt, dict(tree_flatten(model.parameters())), tok, manifest)
+        where = convert_cache.save(cache, sha, fmt, dict(tree_flatten(model.parameters())), tok, manifest)
         log.info("converted %s in %.1f s; cached at %s", header.path.name,
                  time.perf_counter() - t0, where)
     return GGUFModel(model, tok, stops, "gguf", time.perf_counter() - t0)
@@ -214,10 +214,11 @@ def _load_native(header: GGUFHeader, dequantize: bool) -> GGUFModel:
     return GGUFModel(model, tok, stop_ids(header.metadata), "mlx", time.perf_counter() - t0)
 
 
-def load_gguf(path: Path, dequantize: bool, cache: bool = True,
+def load_gguf(path: Path, dequantize: bool, cache: Path | None = None, sha256: str = "",
               reader: str = "auto") -> GGUFModel:
     """Load a GGUF file. `reader`: auto (MLX's where it reads every tensor), mlx, or gguf.
-    `cache`: keep and reuse converted weights in the store (gguf-package reader only)."""
+    `cache`: a folder to keep and reuse converted weights in (gguf-package reader only);
+    `sha256`: the file's digest when known (else hashed once and memoised there)."""
     header = read_header(path)
     args_dict(header.metadata, set())  # refuse unsupported architectures before any work
     native = mlx_readable(header)
@@ -225,4 +226,4 @@ def load_gguf(path: Path, dequantize: bool, cache: bool = True,
         if not native:
             raise ModelLoadError(f"{path}: MLX's GGUF reader cannot read its tensor types")
         return _load_native(header, dequantize)
-    return _load_via_gguf(header, dequantize, cache)
+    return _load_via_gguf(header, dequantize, cache, sha256)

@@ -143,11 +143,6 @@ def read_header(path: Path) -> GGUFHeader:
     return GGUFHeader(path, meta, tensors)
 
 
-def check_gguf(path: Path) -> None:
-    """Raise `ModelLoadError` unless `path` is a structurally sound GGUF file."""
-    read_header(path)
-
-
 def mlx_readable(header: GGUFHeader) -> bool:
     """Whether MLX's own GGUF reader handles every tensor of the file."""
     return all(t.ggml_type in NATIVE_TYPES for t in header.tensors)

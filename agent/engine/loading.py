@@ -1,7 +1,8 @@
 """One function loads every model: `load_model(ref, device)`.
 
-A reference is the embedded default (`None` or "default"), a store model by name
-(`spec-agent models list`), a `.gguf` file (agent/engine/gguf.py), a local MLX/HF model folder or a Hub id (`mlx_lm.load`).
+A reference is a `.gguf` file (agent/engine/gguf.py), a local MLX/HF model folder or a Hub id
+(`mlx_lm.load`). Store models by name are resolved above the engine (agent/models.py), which
+hands this module the file, where converted weights are cached and the file's known sha256.
 Device policy: on the CPU, quantized and half-precision weights become dense f32 so that the
 matrix products of a verify pass go through (Open)BLAS, and the model's attention
 goes through `agent.engine.attention` (long query blocks computed with numpy); on Metal/CUDA
@@ -18,7 +19,6 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
-from .. import store
 from .errors import ModelLoadError, ModelNotFoundError
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -100,18 +100,8 @@ def _describe_dtype(model: nn.Module) -> str:
     return str(model.model.embed_tokens.weight.dtype).replace("mlx.core.", "")
 
 
-def resolve(ref: str | None) -> tuple[str, Path | str]:
+def resolve(ref: str) -> tuple[str, Path | str]:
     """('gguf'|'mlx', path or hub id) for a model reference, or a clear error."""
-    if ref in (None, "", "default", "embedded") or ref in store.KNOWN:
-        m = store.lookup(ref)
-        p = store.model_path(m)
-        if not p.is_file():
-            which = "the embedded model" if m is store.DEFAULT_MODEL else "model"
-            hint = f"{store.PULL_HINT} {'embedded' if m is store.DEFAULT_MODEL else m.name}"
-            raise ModelNotFoundError(
-                f"{which} '{m.name}' is not downloaded yet; fetch it with: {hint}"
-            )
-        return "gguf", p
     p = Path(ref).expanduser()
     if p.is_file():
         if p.suffix.lower() != ".gguf":
@@ -132,17 +122,20 @@ def _wrap_tokenizer(hf_tokenizer, eos_ids: list[int] | None = None):
     return TokenizerWrapper(hf_tokenizer, eos_token_ids=eos_ids)
 
 
-def load_model(ref: str | None = None, device: str = "auto", dense: bool | None = None) -> LoadedModel:
-    """Load a model for the engine. `dense=None` follows the device policy above."""
+def load_model(ref: str, device: str = "auto", dense: bool | None = None, cache: Path | None = None,
+               sha256: str = "", name: str = "") -> LoadedModel:
+    """Load a model for the engine. `dense=None` follows the device policy above; `cache`: the
+    folder for converted GGUF weights (None: convert every time); `sha256`: the GGUF file's
+    digest when the caller knows it (else hashed once); `name`: what to call it."""
     device = select_device(device)
     dense = (device == "cpu") if dense is None else dense
     kind, where = resolve(ref)
     if kind == "gguf":
         from .gguf import load_gguf
 
-        loaded = load_gguf(Path(where), dequantize=dense)
+        loaded = load_gguf(Path(where), dequantize=dense, cache=cache, sha256=sha256)
         model, tokenizer = loaded.model, _wrap_tokenizer(loaded.tokenizer, loaded.stop_ids)
-        name = ref if ref in store.KNOWN else Path(where).stem
+        name = name or Path(where).stem
         source = {"cache": "gguf (converted, cached)", "gguf": "gguf (converted)"}.get(
             loaded.reader, "gguf")
     else:
@@ -154,7 +147,7 @@ def load_model(ref: str | None = None, device: str = "auto", dense: bool | None 
             raise ModelLoadError(f"cannot load model {where}: {e}") from e
         if dense:
             densify_f32(model)
-        name = Path(str(where)).name
+        name = name or Path(str(where)).name
         source = kind
     if device == "cpu":  # MLX's Linux CPU exp has no SIMD: prefill's exponentials in numpy
         from . import attention, cpu_mlp

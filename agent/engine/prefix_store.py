@@ -226,15 +226,6 @@ class PrefixStore:
                              name="prefix-cache-writer").start()
             atexit.register(self._jobs.join)  # pending files are finished before exit
 
-    @classmethod
-    def from_config(cls, cfg: Any, warn: Callable[[str], None] | None = None) -> PrefixStore | None:
-        """The store the config asks for (None when both tiers are off)."""
-        from .. import store
-
-        if cfg.prefix_cache_mb <= 0 and cfg.disk_cache_mb <= 0:
-            return None
-        return cls(store.home() / "prefix-cache", cfg.prefix_cache_mb, cfg.disk_cache_mb, warn)
-
     def key_for(self, lm: Any, kv_bits: int = 0) -> str:
         """`<name>-<fingerprint>-kv<bits>`; the fingerprint is computed once per model."""
         if id(lm) not in self._keys:

@@ -20,11 +20,12 @@ import mlx.core as mx
 
 from ..cancel import CancelToken
 from ..events import DecodeProgress, Event, GenerationStats, PrefillProgress, TextDelta
+from .cache import ModelCache
 from .drafters import DraftModel
 from .errors import SpecAgentError
 from .loading import LoadedModel
 from .sampling import SamplingParams
-from .step import TokenConstraint, common_prefix, plain_decode, prefill
+from .step import Batch, TokenConstraint, common_prefix, plain_decode, prefill
 
 
 class ContextOverflowError(SpecAgentError):
@@ -52,71 +53,14 @@ def _find_stop(before: str, seg: str, stops: Sequence[str]) -> int | None:
     return best
 
 
-KV_GROUP_SIZE = 64  # quantized KV caches (kv_bits): values per scale, along the head dimension
+@dataclass(frozen=True)
+class Completion:
+    """One whole model turn (`Session.complete`)."""
 
-
-def make_cache(model, kv_bits: int = 0) -> list:
-    """mlx-lm's prompt cache for `model`; with `kv_bits`, a `QuantizedKVCache` per layer."""
-    from mlx_lm.models.cache import KVCache, make_prompt_cache
-
-    cache = make_prompt_cache(model)
-    if not kv_bits:
-        return cache
-    if not all(type(c) is KVCache for c in cache):
-        raise ValueError("kv_bits needs a model whose every layer has a plain KV cache")
-    return [c.to_quantized(group_size=KV_GROUP_SIZE, bits=kv_bits) for c in cache]
-
-
-class ModelCache:
-    """One model's KV cache and how many history tokens it holds."""
-
-    def __init__(self, lm: LoadedModel, kv_bits: int = 0):
-        from mlx_lm.models.cache import can_trim_prompt_cache
-
-        self.lm, self.kv_bits = lm, kv_bits
-        self.cache = make_cache(lm.model, kv_bits)
-        self.trimmable = can_trim_prompt_cache(self.cache)
-
-    @property
-    def offset(self) -> int:
-        return int(self.cache[0].offset)
-
-    def rewind_to(self, n: int) -> None:
-        """Keep only the first `n` tokens, or start empty when the cache cannot trim that far
-        (recurrent layers; a sliding window that has wrapped trims nothing)."""
-        from mlx_lm.models.cache import trim_prompt_cache
-
-        if not self.consistent():  # interrupted inside a forward pass
-            self.cache = make_cache(self.lm.model, self.kv_bits)
-            return
-        excess = self.offset - n
-        if excess <= 0:
-            return
-        if self.trimmable and trim_prompt_cache(self.cache, excess) == excess and self.offset == n:
-            return
-        self.cache = make_cache(self.lm.model, self.kv_bits)
-
-    def consistent(self) -> bool:
-        """Do all layers hold the same number of tokens?"""
-        return len({c.offset for c in self.cache}) == 1
-
-    def adopt(self, cache: list, n: int) -> bool:
-        """Continue from `cache` (holding `n` tokens, e.g. from a PrefixStore) if it has this
-        cache's layout: layer count, cache classes, quantization."""
-        same = len(cache) == len(self.cache) and all(
-            type(a) is type(b) and getattr(a, "bits", 0) == getattr(b, "bits", 0)
-            for a, b in zip(cache, self.cache))
-        if same and all(c.offset == n for c in cache):
-            self.cache = cache
-            return True
-        return False
-
-    @property
-    def rewindable(self) -> bool:
-        """Can this cache always drop its last tokens? Speculation needs that every round."""
-        from mlx_lm.models.cache import KVCache, QuantizedKVCache
-
-        return self.trimmable and all(type(c) in (KVCache, QuantizedKVCache) for c in self.cache)
+    tokens: list[int]
+    text: str
+    stats: GenerationStats
+    events: list[Event]
 
 
 PROGRESS_EVERY_S = 0.2  # DecodeProgress at most this often (5 Hz)
@@ -155,7 +99,7 @@ class Session:
         self.prefill_chunk = prefill_chunk or 512
         self.tokens: list[int] = []  # full history: prompts and generated tokens
         self.tcache = ModelCache(target, kv_bits)
-        self.speculator = speculator  # set by the speculative layer (see speculative.py)
+        self.speculator = speculator  # the speculative layer (speculative.py); None: plain
         self.store = store  # a PrefixStore shared with other sessions and processes, or None
         self._pinned: set[tuple[int, ...]] = set()  # system prefixes handed to the store
         self.context_limit = int(getattr(target.model.args, "max_position_embeddings", 0) or 0)
@@ -235,6 +179,13 @@ class Session:
         if self.speculator is not None:
             self.speculator.rewind_to(min(len(self.tokens), self.tcache.offset))
 
+    def set_speculator(self, speculator: Any) -> None:
+        """Decode with `speculator` (None: plain) from the next call on; it starts in step
+        with this session's history."""
+        self.speculator = speculator
+        if speculator is not None:
+            speculator.rewind_to(0)  # its drafter re-syncs with the history itself
+
     def generate(
         self,
         prompt: Sequence[int],
@@ -281,7 +232,7 @@ class Session:
                 if isinstance(item, Event):  # e.g. SpeculationChanged
                     yield item
                     continue
-                toks, sources = item
+                toks, sources = item.tokens, item.sources
                 if not tally.first:
                     tally.first = time.perf_counter()
                 n, seg, finish = self._take(detok, toks, stop, stop_strings, text_so_far,
@@ -310,6 +261,20 @@ class Session:
             self._reconcile()
             self._remember(prompt)
         yield self._stats(prompt, cached, tally, finish)
+
+    def complete(self, prompt: Sequence[int], **kw: Any) -> Completion:
+        """`generate` collected: the turn's tokens, text, final figures and every event (the
+        same keywords as `generate`)."""
+        tokens: list[int] = []
+        text, stats, events = "", None, []
+        for ev in self.generate(prompt, **kw):
+            events.append(ev)
+            if isinstance(ev, TextDelta):
+                tokens += ev.tokens
+                text += ev.text
+            elif isinstance(ev, GenerationStats):
+                stats = ev
+        return Completion(tokens, text, stats, events)
 
     def _take(self, detok, toks, stop, stop_strings, before: str, tally: _Tally,
               max_tokens: int, finish: str, watch=None) -> tuple[int, str, str]:
@@ -367,8 +332,8 @@ class Session:
 
     def _decode(
         self, pending: int, params: SamplingParams, constraint, cancel: CancelToken
-    ) -> Iterator[tuple[list[int], list[str]]]:
-        """Batches of (tokens, sources) until the caller stops or `cancel` is set."""
+    ) -> Iterator[Batch | Event]:
+        """`Batch`es (and the speculator's events) until the caller stops or `cancel` is set."""
         if self.speculator is not None and self.speculator.policy.mode != "off":
             yield from self.speculator.decode(self, pending, params, constraint, cancel)
             return
@@ -376,7 +341,7 @@ class Session:
                            self.tokens)
         try:
             for tok in gen:
-                yield [tok], ["target"]
+                yield Batch.target(tok)
         finally:
             gen.close()
 

@@ -21,10 +21,10 @@ from typing import Callable, Iterator, Sequence
 import mlx.core as mx
 
 from ..cancel import CancelToken
-from ..events import SpeculationChanged
+from ..events import SpeculationChanged, TokenSource
 from .drafters import Draft, Drafter
 from .sampling import SamplingParams, apply_mask, log_probs, penalize, sample
-from .step import TokenConstraint, forward, plain_decode
+from .step import Batch, TokenConstraint, forward, plain_decode
 
 
 def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams) -> tuple[int, int]:
@@ -158,7 +158,7 @@ class Speculator:
     def rewind_to(self, n: int) -> None:
         self.drafter.rewind_to(n)
 
-    def drop_emitted(self, sources) -> None:
+    def drop_emitted(self, sources: Sequence[TokenSource]) -> None:
         """The session stopped inside a batch: accepted tokens after the stop are not output,
         so they leave the counts as well."""
         c = self.call
@@ -220,7 +220,7 @@ class Speculator:
 
     def decode(self, session, pending: int, params: SamplingParams,
                constraint: TokenConstraint | None, cancel: CancelToken | None = None) -> Iterator:
-        """Yield (tokens, sources) batches or events until the session stops us or `cancel`
+        """Yield `Batch`es or events until the session stops us or `cancel`
         is set (checked before every round, so a cancel never splits a round)."""
         self.call = _CallStats()
         cancel = cancel or CancelToken()
@@ -241,7 +241,7 @@ class Speculator:
                 made = 0
                 for tok in self._plain_until_draft(session, pending, params, cancel, found):
                     made += 1
-                    yield [tok], ["target"]
+                    yield Batch.target(tok)
                     pending = tok
                 self.plain_tps.add(made / max(self.clock() - t0, 1e-9))
                 self.plain_fresh = True
@@ -249,7 +249,7 @@ class Speculator:
                 continue
             emitted, n, source = self._verify(session, pending, draft, params, constraint)
             draft = None
-            yield emitted, [source] * n + ["target"] * (len(emitted) - n)
+            yield Batch(tuple(emitted), (source,) * n + ("target",) * (len(emitted) - n))
             # Every cost of a round counts: the drafter's catch-up, drafting, verifying, and
             # the consumer's handling of its tokens (plain tokens are timed the same way).
             self._note_round(len(emitted), self.clock() - t0)
@@ -273,7 +273,7 @@ class Speculator:
         for tok in self._plain(session, pending, params, constraint,
                                self.probe_plain or self.plain_left, cancel):
             made += 1
-            yield [tok], ["target"]
+            yield Batch.target(tok)
             pending = tok
         if made:
             self.plain_tps.add(made / max(self.clock() - t0, 1e-9))
@@ -303,8 +303,6 @@ class Speculator:
         or `cancel` is set. The drafter is asked about each token as soon as it is read; when
         it has nothing, the next step is queued before the token is yielded, so the consumer's
         work overlaps the model's, as in `step.plain_decode`."""
-        from mlx_lm.models.cache import trim_prompt_cache
-
         model, cache = session.target.model, session.tcache.cache
         nxt = sample(forward(model, [pending], cache), params)
         mx.async_eval(nxt)
@@ -319,10 +317,8 @@ class Speculator:
                 nxt = sample(forward(model, [tok], cache), params)
                 mx.async_eval(nxt)
                 yield tok
-        finally:
-            extra = session.tcache.offset - (len(session.tokens) - 1)
-            if extra > 0:  # closed after a queued step: the pending token leaves the cache
-                trim_prompt_cache(cache, extra)
+        finally:  # closed after a queued step: the pending token leaves the cache
+            session.tcache.rewind_to(len(session.tokens) - 1)
 
     @staticmethod
     def _plain(session, pending: int, params: SamplingParams,
@@ -331,8 +327,6 @@ class Speculator:
         (`step.plain_decode`). That path may feed the last token it yielded before it is
         asked for the next; the target's cache is trimmed back so that the pending token
         stays out of it, as the speculative rounds expect."""
-        from mlx_lm.models.cache import trim_prompt_cache
-
         gen = plain_decode(session.target.model, session.tcache.cache, pending, params, constraint,
                            session.tokens)
         made = 0
@@ -344,9 +338,7 @@ class Speculator:
                     break
         finally:
             gen.close()
-            extra = session.tcache.offset - (len(session.tokens) - 1)
-            if extra > 0:
-                trim_prompt_cache(session.tcache.cache, extra)
+            session.tcache.rewind_to(len(session.tokens) - 1)
 
     def _switch_off(self, reason: str) -> Iterator:
         self.enabled = False
@@ -374,7 +366,7 @@ class Speculator:
         return draft
 
     def _verify(self, session, pending: int, draft: Draft, params,
-                constraint) -> tuple[list[int], int, str]:
+                constraint) -> tuple[list[int], int, TokenSource]:
         """Verify `draft` in one pass; returns (emitted tokens, accepted drafts, where the
         drafts came from: "draft" for a draft model, "lookup", or "forced" for
         grammar-determined tokens)."""
@@ -392,6 +384,5 @@ class Speculator:
             c.drafted += len(draft.tokens)
             c.accepted += n
             c.k = len(draft.tokens)
-            self.accepted_per_round.setdefault(draft.source or "model", _Ema()).add(n)
-        source = {"model": "draft", "": "draft"}.get(draft.source, draft.source)
-        return emitted, n, source
+            self.accepted_per_round.setdefault("lookup" if draft.source == "lookup" else "model", _Ema()).add(n)
+        return emitted, n, draft.source

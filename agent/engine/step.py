@@ -7,12 +7,26 @@ is not in the cache until the next step feeds it.
 
 from __future__ import annotations
 
-from typing import Callable, Iterator, Protocol, Sequence
+from dataclasses import dataclass
+from typing import Iterator, Protocol, Sequence
 
 import mlx.core as mx
 import mlx.nn as nn
 
+from ..events import TokenSource
 from .sampling import SamplingParams, apply_mask, penalize, sample
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Tokens one decoding step or speculative round produced, in order, with their sources."""
+
+    tokens: tuple[int, ...]
+    sources: tuple[TokenSource, ...]
+
+    @classmethod
+    def target(cls, token: int) -> "Batch":
+        return cls((token,), ("target",))
 
 
 class TokenConstraint(Protocol):
@@ -80,15 +94,11 @@ def prefill(
     tokens: Sequence[int],
     cache: list,
     chunk: int = 512,
-    on_progress: Callable[[int, int], None] | None = None,
 ) -> None:
     """Feed `tokens` into the cache in chunks (no logits are computed)."""
-    total = len(tokens)
-    for start in range(0, total, chunk):
+    for start in range(0, len(tokens), chunk):
         feed(model, tokens[start : start + chunk], cache)
         mx.eval([c.state for c in cache])
-        if on_progress:
-            on_progress(min(start + chunk, total), total)
 
 
 def plain_decode(

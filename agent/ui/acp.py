@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import copy
 import json
 import logging
 import os
@@ -47,7 +46,7 @@ from ..choices import APPROVAL_MODES as MODES
 from ..cancel import CancelToken
 from ..core.attach import typed_text
 from ..core.callformat import RESULT_OPEN, parse_calls, strip_calls
-from ..core.history import HistoryError, HistoryStore
+from ..core.history import HistoryError
 from ..events import AgentResult, ApprovalRequest
 from . import inputs
 from .acp_events import (META_KEY, TOOL_KINDS, Translator, answer_of, figures, permission_call,
@@ -70,10 +69,11 @@ class _Session:
 
 class SpecAgent:
     """The ACP agent (the SDK's `acp.interfaces.Agent`). `primary` is the Runtime for the
-    workspace `spec-agent acp` started in; its engine serves every workspace."""
+    workspace `spec-agent acp` started in; its engine serves every workspace.
+    `open_runtime(cfg, root)` makes the Runtime of another workspace."""
 
-    def __init__(self, primary: Any, flags: dict[str, Any]) -> None:
-        self.primary, self.flags = primary, flags
+    def __init__(self, primary: Any, flags: dict[str, Any], open_runtime: Callable[[Any, Path], Any]) -> None:
+        self.primary, self.flags, self.open_runtime = primary, flags, open_runtime
         self.pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="spec-agent-engine")
         self.load_job = self.pool.submit(primary.load) if primary.model is None else None
         if self.load_job is not None:
@@ -107,7 +107,6 @@ class SpecAgent:
     def _runtime(self, cwd: str) -> Any:
         """The Runtime for workspace `cwd` (one per folder; the config read from there)."""
         from ..config import ConfigError, load_config
-        from ..runtime import Runtime
 
         path = Path(cwd)
         if not path.is_absolute() or not path.is_dir():
@@ -116,8 +115,7 @@ class SpecAgent:
         if root not in self.runtimes:
             try:
                 cfg = load_config(root, self.flags)
-                self.runtimes[root] = Runtime(cfg, root, history=HistoryStore(root),
-                                              warn=self.primary.warn)
+                self.runtimes[root] = self.open_runtime(cfg, root)
             except ConfigError as e:
                 raise RequestError.invalid_params({"details": str(e)}) from None
         return self.runtimes[root]
@@ -232,7 +230,7 @@ class SpecAgent:
         conversation goes on (an edit's diff is read before the edit is made)."""
         try:
             conv = session.conversation
-            conv.model = self._model(session.runtime)
+            conv.set_model(self._model(session.runtime))
             message, _attached = inputs.attach_mentions(text, session.runtime.ctx)
             result = None
             for ev in conv.send(message, cancel, summary=text):
@@ -254,10 +252,9 @@ class SpecAgent:
         if runtime is self.primary or runtime.model is not None:
             return runtime.model
         model = self.primary.model
-        if getattr(model, "ctx", None) is not None:
-            model = copy.copy(model)  # the same engine and caches, this workspace's files
-            model.ctx = runtime.ctx
-        runtime.model = model
+        if hasattr(model, "for_workspace"):  # the same engine and caches, this workspace's files
+            model = model.for_workspace(runtime.ctx)
+        runtime.use_model(model)
         return model
 
     async def _pump(self, session_id: str, queue: asyncio.Queue) -> None:
@@ -414,24 +411,3 @@ async def serve(agent: SpecAgent, out: Any) -> None:
     finally:
         await asyncio.shield(conn.close())
         await tasks.shutdown()
-
-
-def run_acp(args: Any, cfg: Any, flags: dict[str, Any], model: Any = None) -> int:
-    """`spec-agent acp`: serve until the client closes stdin. `model` replaces the local
-    engine (tests)."""
-    from ..commands import workspace
-    from ..runtime import Runtime
-
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
-                        format="spec-agent acp: %(levelname)s: %(message)s")
-    out = protocol_stdout()
-    root = workspace(args)
-    primary = Runtime(cfg, root, model=model, history=HistoryStore(root),
-                      warn=lambda m: log.warning("%s", m))
-    agent = SpecAgent(primary, flags)
-    log.info("serving %s with %s (loading it in the background)", root, primary.model_name)
-    try:
-        asyncio.run(serve(agent, out))
-    finally:
-        agent.close()
-    return 0

@@ -23,6 +23,8 @@ from acp import (start_tool_call, text_block, tool_content, tool_diff_content,
 from acp.schema import (AllowedOutcome, DeniedOutcome, PermissionOption, SessionMode,
                         ToolCallLocation, ToolCallUpdate, Usage, UsageUpdate)
 
+from tools.edits import plan
+
 from ..choices import APPROVAL_MODES as MODES
 from ..events import (AgentResult, ApprovalRequest, AssistantMessage, DecodeProgress, Event,
                       GitAction, TextDelta, ToolCallFinished, ToolCallStarted, TurnStats, Warning)
@@ -60,24 +62,13 @@ def tool_title(name: str, arguments: dict[str, Any]) -> str:
 def edit_texts(root: Path, name: str, arguments: dict[str, Any]) -> tuple[str, str | None, str] | None:
     """(absolute path, old text or None for a new file, new text) that an edit would make
     now, or None when it would fail (the tool's result then says why)."""
-    from tools._paths import PathError, confine
-    from tools.edit_file import apply_edits
-    from tools.read_file import read_text
-
-    path = str(arguments.get("path", ""))
     try:
-        full = confine(root, path)
-        if not path or full.is_dir():
-            return None
-        old = read_text(full.read_bytes()) if full.is_file() else None
-    except (PathError, OSError):
+        planned = plan(root, name, arguments)
+    except OSError:
         return None
-    if name == "write_file":
-        return str(full), old, str(arguments.get("content", ""))
-    if old is None:
+    if planned.problem or planned.full is None or planned.new is None or not planned.path:
         return None
-    new, _problem = apply_edits(old, list(arguments.get("edits", [])), path)
-    return (str(full), old, new) if new is not None else None
+    return str(planned.full), planned.old, planned.new
 
 
 def _locations(root: Path, arguments: dict[str, Any]) -> list[ToolCallLocation] | None:

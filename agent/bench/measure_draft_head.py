@@ -1,6 +1,6 @@
 """Restricted draft head on the trained Qwen pair: step time, agreement, acceptance.
 
-Usage: .venv/bin/python scripts/measure_draft_head.py steps|agree|spec [--reps R] [--tokens N]
+Usage: .venv/bin/python -m agent.bench.measure_draft_head steps|agree|spec [--reps R] [--tokens N]
   steps  draft step time (0.5B, DraftModel.propose with K=5, greedy, no confidence stop) on the
          pair bench's four prompts, full head vs first-N heads, interleaved so machine noise hits every configuration alike; also the 1.5B's 6-token
          verify pass, for the cost model.
@@ -24,9 +24,8 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-from agent.engine.blas import ensure_openblas  # noqa: E402
+from agent import store
+from agent.engine.blas import ensure_openblas
 
 TUNE_FILES = ("textwrap", "shlex", "heapq")
 CHECK_FILES = ("bisect", "colorsys", "json.decoder")
@@ -34,13 +33,13 @@ NS = (8192, 16384, 32768, 65536)
 
 
 def _load(name: str):
-    from agent.engine.loading import load_model
+    from agent import models
 
-    return load_model(name, device="cpu")
+    return models.load(name, device="cpu")
 
 
 def _prompts(tok) -> dict[str, list[int]]:
-    from agent.engine.bench_pair import workloads
+    from agent.bench.pair import workloads
     from agent.engine.session import render_chat
 
     return {k: render_chat(tok, m, t) for k, (m, t) in workloads().items()}
@@ -141,7 +140,7 @@ def agree(tokens: int) -> None:
 
 
 def spec(tokens: int, n_first: int) -> None:
-    from agent.engine.bench import _ours
+    from agent.bench.common import ours
     from agent.engine.drafters import DraftModel
     from agent.engine.prefix_store import PrefixStore
     from agent.engine.session import Session
@@ -154,10 +153,10 @@ def spec(tokens: int, n_first: int) -> None:
              for label, n in (("full", 0), (f"N{n_first}", n_first))}
     pstore = PrefixStore(None, memory_mb=4096, disk_mb=0)
     for name, prompt in _prompts(target.tokenizer).items():
-        plain = _ours(Session(target, store=pstore), prompt, tokens)
+        plain = ours(Session(target, store=pstore), prompt, tokens)
         row = {"workload": name, "plain_tps": round(plain.tps, 2)}
         for label, sp in specs.items():
-            run = _ours(Session(target, speculator=sp, store=pstore), prompt, tokens)
+            run = ours(Session(target, speculator=sp, store=pstore), prompt, tokens)
             s = run.stats
             row[label] = dict(tps=round(run.tps, 2), identical=run.tokens == plain.tokens,
                               acceptance_rate=round(s.acceptance_rate, 3),
@@ -169,7 +168,7 @@ def spec(tokens: int, n_first: int) -> None:
 
 
 def main() -> None:
-    warn = ensure_openblas()
+    warn = ensure_openblas("auto", store.home() / "blas-coretype.json")
     if warn:
         print(warn, file=sys.stderr)
     ap = argparse.ArgumentParser()

@@ -1,6 +1,6 @@
 """Cold prefill speed of the embedded model on the CPU, before/after the prefill fixes.
 
-Usage: python scripts/measure_prefill.py [--sizes 1024,4096] [--reps 3] [--chunk 0]
+Usage: python -m agent.bench.measure_prefill [--sizes 1024,4096] [--reps 3] [--chunk 0]
 Runs itself as subprocesses under the CLI's conditions (`LD_PRELOAD=<libopenblas.so.0>`), once
 with OpenBLAS's own kernel choice and once with the verified `OPENBLAS_CORETYPE` (an
 environment variable: it needs a fresh process). In each, MLX's attention and
@@ -19,8 +19,6 @@ import statistics
 import subprocess
 import sys
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _prompt(tokenizer, n: int) -> list[int]:
@@ -42,8 +40,7 @@ def _run_once(lm, prompt: list[int], chunk: int) -> float:
         prefill(lm.model, prompt, cache, chunk=chunk)
         mx.eval([c.state for c in cache])
     else:
-        for _ in Session(lm).generate(prompt, max_tokens=1, stop_tokens=set()):
-            pass
+        Session(lm).complete(prompt, max_tokens=1, stop_tokens=set())
     return time.perf_counter() - start
 
 
@@ -77,9 +74,9 @@ class _AttentionTimer:
 def child(sizes: list[int], reps: int, chunk: int) -> dict:
     from agent.engine import attention
     from agent.engine.blas import loaded_blas
-    from agent.engine.loading import load_model
+    from agent import models
 
-    lm = load_model(None, device="cpu")
+    lm = models.load(None, device="cpu")
     module = sys.modules[type(lm.model).__module__]
     out = {"blas": loaded_blas(), "coretype": os.environ.get("OPENBLAS_CORETYPE", "auto"),
            "chunk": chunk or "session", "sizes": {}}
@@ -119,11 +116,12 @@ def main() -> None:
     if args.child:
         print(json.dumps(child(sizes, args.reps, args.chunk)))
         return
+    from agent import store
     from agent.engine.blas import openblas_library, verified_coretype
 
     lib = openblas_library()
     runs = []
-    for coretype in (None, verified_coretype(lib) if lib else None):
+    for coretype in (None, verified_coretype(lib, store.home() / "blas-coretype.json") if lib else None):
         env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"}
         if lib:
             env["LD_PRELOAD"] = lib
@@ -131,7 +129,7 @@ def main() -> None:
             env["OPENBLAS_CORETYPE"] = coretype
         elif runs:
             break  # no verified coretype: nothing more to compare
-        cmd = [sys.executable, __file__, "--child", "--sizes", args.sizes,
+        cmd = [sys.executable, "-m", "agent.bench.measure_prefill", "--child", "--sizes", args.sizes,
                "--reps", str(args.reps), "--chunk", str(args.chunk)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:

@@ -1,25 +1,22 @@
 """Where cold prefill time goes: the share of attention and of the MLP's SwiGLU.
 
-Usage: python scripts/prefill_share.py
+Usage: python -m agent.bench.prefill_share
 Prefills 1,024 and 4,096 tokens of the embedded model in 512-token chunks with every attention
 and SwiGLU call timed alone (inputs evaluated before, output after; the extra syncs make the
 total slightly slower than a normal prefill). Prints one JSON object.
 """
 
 import json
-import os
 import sys
 import time
-
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import mlx.core as mx  # noqa: E402
 
 from agent.engine import step  # noqa: E402
-from agent.engine.loading import load_model  # noqa: E402
-from agent.engine.session import make_cache  # noqa: E402
+from agent import models  # noqa: E402
+from agent.engine.cache import make_cache  # noqa: E402
 
-lm = load_model(None, device="cpu")
+lm = models.load(None, device="cpu")
 module = sys.modules[type(lm.model).__module__]
 spent = {"attention": 0.0, "swiglu": 0.0}
 

@@ -20,13 +20,14 @@ from pathlib import Path
 import mlx.core as mx
 
 from .. import store
-from .bench import Run, _ours
-from .drafters import Combined, DraftModel, PromptLookup
-from .errors import ModelNotFoundError
-from .loading import LoadedModel, load_model
-from .prefix_store import PrefixStore
-from .session import Session, render_chat
-from .speculative import SpecPolicy, Speculator
+from .common import Run, ours
+from ..engine.drafters import Combined, DraftModel, PromptLookup
+from ..engine.errors import ModelNotFoundError
+from .. import models
+from ..engine.loading import LoadedModel
+from ..engine.prefix_store import PrefixStore
+from ..engine.session import Session, render_chat
+from ..engine.speculative import SpecPolicy, Speculator
 
 PAIR = {"qwen-coder": ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")}
 EDIT_TOOL = {
@@ -76,7 +77,7 @@ def load_pair(name: str, log) -> tuple[LoadedModel, LoadedModel, dict]:
     out = []
     for n in (target_name, draft_name):
         t = time.perf_counter()
-        out.append(load_model(n, device="cpu"))
+        out.append(models.load(n, device="cpu"))
         times[n] = time.perf_counter() - t
         log(f"loaded {n} in {times[n]:.1f} s ({out[-1].source}, {out[-1].nbytes / 1e9:.2f} GB)")
     return out[0], out[1], dict(name=name, target=target_name, draft=draft_name, load_s=times)
@@ -134,7 +135,7 @@ def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int]
     head = cfg.draft_vocab  # the defaults `spec-agent` runs with
     conf = 0.0 if fixed_k else cfg.draft_confidence  # pinned K: exactly K, as mlx-lm
     policy = SpecPolicy(mode="on", fixed_k=fixed_k)
-    ours = Speculator(DraftModel(draft, conf, vocab, head), policy)  # K adapts across workloads
+    draft_only = Speculator(DraftModel(draft, conf, vocab, head), policy)  # K adapts across workloads
     combined = Speculator(Combined(DraftModel(draft, conf, vocab, head), PromptLookup()), policy)
     lookup = Speculator(PromptLookup(), SpecPolicy(mode="on"))
     pstore = PrefixStore(None, memory_mb=4096, disk_mb=0)
@@ -142,14 +143,14 @@ def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int]
     for name, (messages, tools) in workloads().items():
         prompt = render_chat(target.tokenizer, messages, tools)
         t = time.perf_counter()
-        runs = {"plain": _ours(Session(target, store=pstore), prompt, n)}
+        runs = {"plain": ours(Session(target, store=pstore), prompt, n)}
         prefill_s = time.perf_counter() - t
-        for label, spec in (("ours", ours), ("combined", combined), ("lookup", lookup)):
-            runs[label] = _ours(Session(target, speculator=spec, store=pstore), prompt, n)
+        for label, spec in (("ours", draft_only), ("combined", combined), ("lookup", lookup)):
+            runs[label] = ours(Session(target, speculator=spec, store=pstore), prompt, n)
         theirs, kept = {}, {}
         for k in ks:
             theirs[k], kept[k] = _mlx_lm(target, draft, pstore, prompt, n, k)
-        runs["plain2"] = _ours(Session(target, store=pstore), prompt, n)
+        runs["plain2"] = ours(Session(target, store=pstore), prompt, n)
         row = _row(name, runs, theirs, kept)
         row.update(prompt_tokens=len(prompt), first_run_s=prefill_s,
                    text=target.tokenizer.decode(runs["plain"].tokens))
@@ -159,7 +160,7 @@ def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int]
             f"ours+lookup {row['combined_tps']:5.2f} | lookup {row['lookup_tps']:5.2f} | mlx-lm "
             + " ".join(f"K{k}:{r.tps:.2f}" for k, r in theirs.items())
             + f" | identical {row['identical_to_plain']}")
-    return summarize(rows, ks, ours.k_for("model"))
+    return summarize(rows, ks, draft_only.k_for("model"))
 
 
 def summarize(rows: list[dict], ks: list[int], k: int) -> dict:
@@ -190,7 +191,7 @@ def summarize(rows: list[dict], ks: list[int], k: int) -> dict:
 
 
 def run(pair: str, tokens: int | None, fixed_k: int, log) -> dict:
-    from .blas import loaded_blas
+    from ..engine.blas import loaded_blas
 
     n = tokens or 48
     ks = [fixed_k] if fixed_k else list(range(2, 7))

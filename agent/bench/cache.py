@@ -36,8 +36,8 @@ def conversation(render, context: int) -> list[dict]:
     is about `context` tokens (the last file is cut to fit)."""
     from tools import ToolResult
 
-    from .core.callformat import CLOSE, OPEN, format_result
-    from .core.prompt import system_prompt
+    from ..core.callformat import CLOSE, OPEN, format_result
+    from ..core.prompt import system_prompt
 
     msgs = [{"role": "system", "content": system_prompt(REPO)}, {"role": "user", "content": TASK}]
     for path in FILES:
@@ -57,21 +57,15 @@ def conversation(render, context: int) -> list[dict]:
 
 
 def _turn(session, prompt: list[int], n: int = REPLY_TOKENS) -> dict:
-    from .events import GenerationStats, TextDelta
-
-    toks, stats = [], None
-    for ev in session.generate(prompt, max_tokens=n):
-        if isinstance(ev, TextDelta):
-            toks += ev.tokens
-        elif isinstance(ev, GenerationStats):
-            stats = ev
-    return dict(tokens=toks, ttft_s=stats.ttft_s, cached=stats.cached_tokens,
+    done = session.complete(prompt, max_tokens=n)
+    stats = done.stats
+    return dict(tokens=done.tokens, ttft_s=stats.ttft_s, cached=stats.cached_tokens,
                 prompt_tokens=stats.prompt_tokens, prefill_tps=stats.prefill_tps)
 
 
 def _session(cfg, target, draft, store):
-    from .engine.session import Session
-    from .runtime import make_speculator
+    from ..engine.session import Session
+    from ..runtime import make_speculator
 
     def quiet(message: str) -> None:  # pairing warnings: the parent process showed them
         pass
@@ -81,10 +75,10 @@ def _session(cfg, target, draft, store):
 
 
 def _load(cfg):
-    from .engine.loading import load_model
+    from .. import models
 
-    target = load_model(cfg.model, device=cfg.device)
-    draft = load_model(cfg.draft_model, device=cfg.device) if cfg.draft_model else None
+    target = models.load(cfg.model, device=cfg.device)
+    draft = models.load(cfg.draft_model, device=cfg.device) if cfg.draft_model else None
     return target, draft
 
 
@@ -93,7 +87,7 @@ def _new_process(job: dict, root: Path) -> dict:
     spec = root / "job.json"
     spec.write_text(json.dumps(job))
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "agent.bench_cache", str(spec)], cwd=REPO,
+    proc = subprocess.run([sys.executable, "-m", "agent.bench.cache", str(spec)], cwd=REPO,
                           capture_output=True, text=True, env=dict(os.environ))
     if proc.returncode != 0:
         raise RuntimeError(f"the new process failed: {proc.stderr.strip()[-2000:]}")
@@ -104,8 +98,8 @@ def _new_process(job: dict, root: Path) -> dict:
 
 def child(job_file: str) -> int:
     """The new process: load the models, open the store on the parent's folder, run one turn."""
-    from .config import Config
-    from .engine.prefix_store import PrefixStore
+    from ..config import Config
+    from ..engine.prefix_store import PrefixStore
 
     job = json.loads(Path(job_file).read_text())
     cfg = Config(**job["cfg"])
@@ -120,9 +114,9 @@ def child(job_file: str) -> int:
 
 
 def run_bench(cfg, context: int = 4096, log=lambda m: print(m, file=sys.stderr)) -> dict:
-    from .engine.blas import loaded_blas
-    from .engine.prefix_store import PrefixStore
-    from .engine.session import Session, render_chat
+    from ..engine.blas import loaded_blas
+    from ..engine.prefix_store import PrefixStore
+    from ..engine.session import Session, render_chat
 
     target, draft = _load(cfg)
 

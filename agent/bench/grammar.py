@@ -2,7 +2,7 @@
 
 For every built-in tool schema and a set of tricky schemas (nested objects, `$ref`, `anyOf`,
 enums, patterns, nullable fields, bounded arrays), the model is asked for one call and
-decodes it after `<tool_call>` under the tool-call grammar (agent/constraints.py):
+decodes it after `<tool_call>` under the tool-call grammar (agent/backends/grammar.py):
 - `valid_rate`: calls that end with `</tool_call>` within the token budget, parse, and fit
   the schema (jsonschema), over all calls;
 - `speculative_identical`: the same call decoded speculatively (prompt lookup plus the
@@ -97,7 +97,7 @@ def call_prompt(lm: Any, tool: Schema) -> list[int]:
 
 
 def _constraint(lm: Any, ll_tok: Any, tool: Schema) -> Any:
-    from ..constraints import GrammarConstraint, tool_call_grammar
+    from ..backends.grammar import GrammarConstraint, tool_call_grammar
 
     return GrammarConstraint(ll_tok, tool_call_grammar({tool.name: tool}), lm.vocab_size)
 
@@ -166,7 +166,7 @@ def teacher_forced(lm: Any, ll_tok: Any, tool: Schema, prompt: list[int], call: 
 
 
 def run(lm: Any, log: Callable[[str], None]) -> dict[str, Any]:
-    from ..constraints import ll_tokenizer
+    from ..backends.grammar import ll_tokenizer
     from ..engine.drafters import PromptLookup
     from ..engine.speculative import SpecPolicy, Speculator
 
@@ -196,9 +196,9 @@ def run(lm: Any, log: Callable[[str], None]) -> dict[str, Any]:
 
 
 def main(args, cfg) -> int:
-    from ..engine.loading import load_model
+    from .. import models
 
-    lm = load_model(cfg.model, device=cfg.device)  # a model not pulled: one line, exit 2
+    lm = models.load(cfg.model, device=cfg.device)  # a model not pulled: one line, exit 2
     result = run(lm, lambda m: print(m, file=sys.stderr, flush=True))
     if args.json:
         print(json.dumps(result, indent=1))

@@ -5,7 +5,7 @@ A round of prompt lookup: the history grew by a few tokens (or was cut back by a
 a new turn re-renders the tail), then `propose`. For the draft model the measured part is
 its resync with the history (`_sync`) on a stub cache, the part that used to scan the whole
 context. Compares this checkout's drafters with another version's file (default: the one in
-git HEAD~N given by --rev). Usage: .venv/bin/python scripts/measure_round.py [--rev REV]
+git HEAD~N given by --rev). Usage: .venv/bin/python -m agent.bench.measure_round [--rev REV]
 """
 
 from __future__ import annotations
@@ -20,8 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def load_drafters(rev: str | None):

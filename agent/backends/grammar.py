@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .core.callformat import CLOSE
+from ..core.callformat import CLOSE
 MAX_FILE_CHARS = 64_000  # files larger than this get no substring constraint
 MAX_TOTAL_CHARS = 256_000  # and at most this much file text goes into one grammar
 _WORD = re.compile(r"[A-Za-z0-9_]+|.", re.DOTALL)

@@ -247,9 +247,9 @@ def run(lm: Any, cfg: Any, subset: str, tokens: int, log: Callable[[str], None],
 
 
 def main(args, cfg) -> int:
-    from ..engine.loading import load_model
+    from .. import models
 
-    lm = load_model(cfg.model, device=cfg.device)  # a model not pulled: one line, exit 2
+    lm = models.load(cfg.model, device=cfg.device)  # a model not pulled: one line, exit 2
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     tokens = args.tokens or (48 if args.quick else 400)
     result = run(lm, cfg, getattr(args, "subset", "all"), tokens, log,

@@ -1,6 +1,6 @@
 """Does the TUI slow decoding down? Decode tok/s of the TUI vs the `-p` path, same task.
 
-Usage: python scripts/measure_tui.py [--pairs 3] [--max-tokens 200] [--speculation auto]
+Usage: python -m agent.bench.measure_tui [--pairs 3] [--max-tokens 200] [--speculation auto]
 
 Runs the embedded model greedily on one prompt, alternating the two paths in one process
 (p, tui, p, tui, ...): `-p` = a `Runtime` and `conversation.send` consumed in a plain loop
@@ -105,7 +105,7 @@ def main() -> None:
     args = p.parse_args()
     if not store.is_present():
         sys.exit(f"embedded model missing (run: {store.PULL_HINT})")
-    warning = ensure_openblas("auto")  # as the CLI does; may re-exec this script
+    warning = ensure_openblas("auto", store.home() / "blas-coretype.json")  # as the CLI does; may re-exec this script
     if warning:
         print(warning, file=sys.stderr)
     cfg = Config(model=str(store.model_path()), device="cpu", approval_mode="full-auto",

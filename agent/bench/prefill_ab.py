@@ -1,6 +1,6 @@
 """One cold prefill of N tokens of the embedded model with the code in a given checkout.
 
-Usage: python scripts/prefill_ab.py CHECKOUT N [CHUNK]
+Usage: python -m agent.bench.prefill_ab CHECKOUT N [CHUNK]
 Runs `Session(lm, prefill_chunk=CHUNK).generate(prompt, max_tokens=1)` on a fresh session with
 CHECKOUT's `agent` package first on the path, and prints one JSON line (seconds, tok/s). For a
 before/after comparison run it alternately on a `git worktree` of the old commit and on this
@@ -15,10 +15,10 @@ import time
 
 root, n = sys.argv[1], int(sys.argv[2])
 sys.path.insert(0, root)
-from agent.engine.loading import load_model  # noqa: E402
+from agent import models  # noqa: E402
 from agent.engine.session import Session  # noqa: E402
 
-lm = load_model(None, device="cpu")
+lm = models.load(None, device="cpu")
 text = open(os.path.join(root, "agent/engine/session.py")).read() * 8
 ids = lm.tokenizer.encode(text)[:n]
 s = Session(lm, prefill_chunk=int(sys.argv[3]) if len(sys.argv) > 3 else 0)

@@ -16,17 +16,17 @@ import json
 import statistics
 import sys
 import time
-from dataclasses import dataclass
 
 import mlx.core as mx
 
-from ..events import GenerationStats, TextDelta
-from .blas import loaded_blas
-from .drafters import DraftModel, PromptLookup
-from .loading import LoadedModel, load_model
-from .sampling import SamplingParams
-from .session import Session, render_chat
-from .speculative import SpecPolicy, Speculator
+from ..engine.blas import loaded_blas
+from ..engine.drafters import DraftModel, PromptLookup
+from .. import models
+from ..engine.loading import LoadedModel
+from ..engine.sampling import SamplingParams
+from ..engine.session import Session, render_chat
+from ..engine.speculative import SpecPolicy, Speculator
+from .common import Run, forward_ms, loop_period, ours
 
 WORKLOADS = {
     "code": "Write a Python function that merges two sorted lists.",
@@ -67,25 +67,6 @@ def main(argv):
 Rewrite the whole file, unchanged except that the function main is renamed to run.'''
 
 
-@dataclass
-class Run:
-    tokens: list[int]
-    tps: float
-    stats: GenerationStats | None = None
-
-
-def _ours(session: Session, prompt: list[int], n: int,
-          params: SamplingParams = SamplingParams()) -> Run:
-    toks: list[int] = []
-    stats = None
-    for ev in session.generate(prompt, params=params, max_tokens=n, stop_tokens=set()):
-        if isinstance(ev, TextDelta):
-            toks += ev.tokens
-        elif isinstance(ev, GenerationStats):
-            stats = ev
-    return Run(toks, stats.decode_tps, stats)
-
-
 def _mlx_lm(target: LoadedModel, draft: LoadedModel, prompt: list[int], n: int, k: int,
             sampler=None) -> Run:
     from mlx_lm.generate import speculative_generate_step
@@ -104,34 +85,6 @@ def _prompt(lm: LoadedModel, text: str) -> list[int]:
     return render_chat(lm.tokenizer, [{"role": "user", "content": text}])
 
 
-def loop_period(tokens: list[int], tail: int = 24, max_period: int = 12) -> int:
-    """Smallest period of the last `tail` tokens (0 = not looping). Random models can fall into
-    loops in greedy generation, where any draft agrees and acceptance means nothing."""
-    t = tokens[-tail:]
-    if len(t) < tail:
-        return 0
-    for p in range(1, max_period + 1):
-        if all(t[i] == t[i + p] for i in range(len(t) - p)):
-            return p
-    return 0
-
-
-def forward_ms(lm: LoadedModel, width: int, context: list[int], reps: int = 5) -> float:
-    """Median time of a `width`-token pass on top of a cache holding `context`."""
-    from mlx_lm.models.cache import make_prompt_cache
-
-    from .step import forward
-
-    times = []
-    for _ in range(reps):
-        cache = make_prompt_cache(lm.model)
-        mx.eval(forward(lm.model, context, cache))
-        t = time.perf_counter()
-        mx.eval(forward(lm.model, context[:width], cache))
-        times.append(time.perf_counter() - t)
-    return statistics.median(times) * 1000
-
-
 def bench_pair(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], log,
                fixed_k: int = 0) -> dict:
     """Part 1: draft-model speculation vs plain vs mlx-lm on every workload, interleaved."""
@@ -144,10 +97,10 @@ def bench_pair(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], l
     rows = []
     for name, text in WORKLOADS.items():
         prompt = _prompt(target, text)
-        plain = _ours(Session(target), prompt, n)
-        mine = _ours(Session(target, speculator=ours), prompt, n)
+        plain = ours(Session(target), prompt, n)
+        mine = ours(Session(target, speculator=ours), prompt, n)
         theirs = {k: _mlx_lm(target, draft, prompt, n, k) for k in ks}
-        plain2 = _ours(Session(target), prompt, n)  # plain again: bracket the others in time
+        plain2 = ours(Session(target), prompt, n)  # plain again: bracket the others in time
         base = (plain.tps + plain2.tps) / 2
         s = mine.stats
         row = dict(workload=name, plain_tps=base, spec_tps=mine.tps,
@@ -196,9 +149,9 @@ def bench_sampled(target: LoadedModel, draft: LoadedModel, n: int, k: int, temp:
     drafted = accepted = 0
     for seed in range(seeds):
         mx.random.seed(seed)
-        plain = _ours(Session(target), prompt, n, params)
+        plain = ours(Session(target), prompt, n, params)
         mx.random.seed(seed)
-        mine = _ours(Session(target, speculator=Speculator(DraftModel(draft), fixed)), prompt, n, params)
+        mine = ours(Session(target, speculator=Speculator(DraftModel(draft), fixed)), prompt, n, params)
         mx.random.seed(seed)
         theirs = _mlx_lm(target, draft, prompt, n, k, sampler=make_sampler(temp=temp))
         time_plain += 1 / plain.tps
@@ -218,9 +171,9 @@ def bench_sampled(target: LoadedModel, draft: LoadedModel, n: int, k: int, temp:
 def bench_lookup(lm: LoadedModel, n: int, log) -> dict:
     """Part 2: prompt lookup on a copy-heavy edit with the embedded model."""
     prompt = _prompt(lm, COPY_EDIT)
-    plain = _ours(Session(lm), prompt, n)
-    spec = _ours(Session(lm, speculator=Speculator(PromptLookup(), SpecPolicy(mode="on"))), prompt, n)
-    plain2 = _ours(Session(lm), prompt, n)
+    plain = ours(Session(lm), prompt, n)
+    spec = ours(Session(lm, speculator=Speculator(PromptLookup(), SpecPolicy(mode="on"))), prompt, n)
+    plain2 = ours(Session(lm), prompt, n)
     base = (plain.tps + plain2.tps) / 2
     s = spec.stats
     log(f"  lookup: plain {base:.2f} tok/s | lookup {spec.tps:.2f} tok/s (acceptance "
@@ -247,8 +200,8 @@ def controlled_models(quick: bool, eps: float, log) -> tuple[LoadedModel, Loaded
         log(f"building the controlled pair in {root} ...")
         controlled_pair(root, tok, hidden=shape["hidden"], draft_layers=shape["draft_layers"],
                         extra_layers=shape["extra_layers"], eps=eps)
-    target = load_model(str(root / "target"), device="cpu")
-    draft = load_model(str(root / "draft"), device="cpu")
+    target = models.load(str(root / "target"), device="cpu")
+    draft = models.load(str(root / "draft"), device="cpu")
     return target, draft, dict(shape, eps=eps)
 
 
@@ -269,7 +222,7 @@ def run_bench(quick: bool = False, tokens: int | None = None, eps: float = 0.5,
     from .. import store
 
     if store.is_present():
-        emb = load_model(None, device="cpu")
+        emb = models.load(None, device="cpu")
         out.update(bench_lookup(emb, 48 if quick else 160, log))
     else:
         log(f"embedded model missing: lookup part skipped ({store.PULL_HINT})")
@@ -283,7 +236,7 @@ def _pick_pair(args) -> str:
     """--pair auto: the trained pair when both its models are in the store (not with --quick),
     else the controlled pair."""
     from .. import store
-    from .bench_pair import PAIR
+    from .pair import PAIR
 
     choice = getattr(args, "pair", None) or "auto"
     if choice != "auto":
@@ -297,7 +250,7 @@ def _pick_pair(args) -> str:
 def main(args, cfg) -> int:
     pair = _pick_pair(args)
     if pair != "controlled":
-        from .bench_pair import print_report, run
+        from .pair import print_report, run
 
         result = run(pair, args.tokens, cfg.num_draft_tokens, log=lambda m: print(m, file=sys.stderr))
         if args.json:
