@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from . import __version__
+from .choices import CHOICES
 from .config import DEFAULT_MODEL
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
@@ -24,9 +25,9 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--num-draft-tokens", "-K", type=int, metavar="K",
                    help="pin the number of drafted tokens per round (default: a draft model drafts "
                    "while it is confident, up to 12; lookup adapts K to acceptance)")
-    g.add_argument("--speculation", choices=["auto", "on", "off"],
+    g.add_argument("--speculation", choices=CHOICES["speculation"],
                    help="auto: draft while it pays off; on: always; off: plain decoding")
-    g.add_argument("--drafter", choices=["auto", "model", "lookup", "combined"],
+    g.add_argument("--drafter", choices=CHOICES["drafter"],
                    help="what proposes tokens (auto: combined with a draft model, else lookup)")
     g.add_argument("--temperature", "--temp", type=float, help="0 = greedy (default)")
     g.add_argument("--top-p", type=float)
@@ -36,18 +37,18 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    help="> 1 makes tokens among the last 64 less likely (1 = off); the target "
                    "and the draft model apply it alike, so speculation stays exact")
     g.add_argument("--max-tokens", type=int, help="per model turn")
-    g.add_argument("--device", choices=["auto", "cpu", "gpu"])
-    g.add_argument("--blas", choices=["auto", "off"],
+    g.add_argument("--device", choices=CHOICES["device"])
+    g.add_argument("--blas", choices=CHOICES["blas"],
                    help="Linux CPU: preload OpenBLAS (auto) or keep MLX's reference BLAS (off)")
-    g.add_argument("--engine", choices=["local", "openai"],
+    g.add_argument("--engine", choices=CHOICES["engine"],
                    help="local: the in-process MLX engine; openai: an OpenAI-compatible server "
                    "(vLLM, SGLang, llama-server, mlx_lm.server) at --base-url, model --model")
     g.add_argument("--base-url", help="engine openai: the server's API root, e.g. "
                    "http://127.0.0.1:8080/v1 (key from SPEC_AGENT_API_KEY or OPENAI_API_KEY)")
-    g.add_argument("--tool-format", choices=["auto", "native", "text"],
+    g.add_argument("--tool-format", choices=CHOICES["tool_format"],
                    help="tool schemas and calls in the model's own format (native: its chat "
                    "template / the server's `tools`) or as <tool_call> text (text)")
-    g.add_argument("--edit-format", choices=["whole", "tool"],
+    g.add_argument("--edit-format", choices=CHOICES["edit_format"],
                    help="whole: the model changes a file by replying with all of it in a code "
                    "block; tool: through edit_file (search/replace) and write_file calls")
     g.add_argument("--no-attach-mentioned", dest="attach_mentioned", action="store_const",
@@ -65,13 +66,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run TASK non-interactively and print the result ('-' reads stdin)")
     p.add_argument("--output-format", choices=["text", "json", "stream-json"], default="text")
     p.add_argument("--max-turns", type=int)
-    p.add_argument("--approval-mode", choices=["suggest", "auto-edit", "full-auto"])
+    p.add_argument("--approval-mode", choices=CHOICES["approval_mode"])
     p.add_argument("-y", "--yes", action="store_true", help="approve everything (full-auto)")
-    p.add_argument("--dirty-files", choices=["commit", "stash", "refuse"],
+    p.add_argument("--dirty-files", choices=CHOICES["dirty_files"],
                    help="what to do with your uncommitted changes to a file the agent edits")
     p.add_argument("--shell-timeout-s", type=float, metavar="SECONDS",
                    help="kill a shell command after this long (default 60)")
-    p.add_argument("--sandbox", choices=["auto", "off"],
+    p.add_argument("--sandbox", choices=CHOICES["sandbox"],
                    help="auto: run shell commands in an OS sandbox (bubblewrap / sandbox-exec); "
                    "off: run them unconfined (DANGEROUS)")
     p.add_argument("--allow-network", dest="allow_network", action="store_const", const=True,
@@ -79,7 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-auto-commit", dest="auto_commit", action="store_const", const=False)
     p.add_argument("--no-constrained-calls", dest="constrained_calls", action="store_const",
                    const=False, help="decode tool calls freely and validate them afterwards")
-    p.add_argument("--tool-choice", choices=["auto", "first", "required"],
+    p.add_argument("--tool-choice", choices=CHOICES["tool_choice"],
                    help="first: the model's first turn must start with a tool call")
     p.add_argument("-C", "--repo", type=Path, help="work in this directory (default: cwd)")
     p.add_argument("--plain", action="store_true",
@@ -132,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
     acp = sub.add_parser("acp", help="serve the agent over the Agent Client Protocol on stdio "
                          "(for editors: Zed, Toad, ...)", argument_default=argparse.SUPPRESS)
     acp.add_argument("-C", "--repo", type=Path, help="workspace when the client names none")
-    acp.add_argument("--approval-mode", choices=["suggest", "auto-edit", "full-auto"])
+    acp.add_argument("--approval-mode", choices=CHOICES["approval_mode"])
     acp.add_argument("-y", "--yes", action="store_true", help="approve everything (full-auto)")
     _engine_flags(acp)
     return p
@@ -153,7 +154,7 @@ def _eval_parser(sub) -> None:
     ev.add_argument("--max-turns", type=int)
     ev.add_argument("--no-constrained-calls", dest="constrained_calls", action="store_const",
                     const=False)
-    ev.add_argument("--tool-choice", choices=["auto", "first", "required"])
+    ev.add_argument("--tool-choice", choices=CHOICES["tool_choice"])
     _engine_flags(ev)
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from tools import ToolContext, git
 from tools.sandbox import resolve as resolve_sandbox
@@ -20,6 +20,13 @@ from tools.sandbox import resolve as resolve_sandbox
 from . import store
 from .config import Config, ConfigError, check_value
 from .core.git import GitGuard
+
+if TYPE_CHECKING:
+    from .core.conversation import Conversation
+    from .core.history import HistoryStore
+    from .engine.loading import LoadedModel
+    from .engine.prefix_store import PrefixStore
+    from .engine.session import Session
 
 
 def prefix_store(cfg: Config, warn: Callable[[str], None] | None = None):
@@ -115,7 +122,7 @@ class Runtime:
     loaded from `cfg` by `load()`. `history` (agent.core.history.HistoryStore) makes
     conversations persistent."""
 
-    def __init__(self, cfg: Config, root: Path, *, model: Any = None, history: Any = None,
+    def __init__(self, cfg: Config, root: Path, *, model: Any = None, history: HistoryStore | None = None,
                  approver: Any = None, warn: Callable[[str], None] | None = None):
         self.cfg, self.root = cfg, root.resolve()
         self.warn = warn or (lambda m: print(f"spec-agent: warning: {m}", file=sys.stderr))
@@ -126,11 +133,11 @@ class Runtime:
         self.ctx = ToolContext(self.root, cfg.shell_timeout_s, in_git=self.git.enabled,
                                sandbox=sandbox, allow_network=cfg.allow_network)
         self.history, self.approver = history, approver
-        self.session: Any = None
+        self.session: Session | None = None
         self.model = model
-        self.draft: Any = None  # the loaded draft model, kept across speculator rebuilds
-        self.store: Any = None  # the PrefixStore, kept across model reloads
-        self.conversation: Any = None
+        self.draft: LoadedModel | None = None  # the loaded draft model, kept across speculator rebuilds
+        self.store: PrefixStore | None = None  # the PrefixStore, kept across model reloads
+        self.conversation: Conversation | None = None
 
     # ---- engine ---------------------------------------------------------------------------
 
@@ -229,7 +236,7 @@ class Runtime:
                                          conv_id=conv_id, on_message=record)
         return self.conversation
 
-    def resume(self, which: str) -> Any:
+    def resume(self, which: str) -> Conversation:
         """Resume conversation `which` ("last" = the newest one for this repository)."""
         from .core.history import HistoryError
 

@@ -86,18 +86,11 @@ def test_masks_for_a_draft_match_step_by_step_and_roll_back(llama, ll_tok):
 
 
 def _constrained_text(session, constraint, params, max_tokens=600) -> tuple[str, str]:
-    from agent.events import GenerationStats, TextDelta
-
     prompt = session.render([{"role": "user", "content": "Change add in calc.py to return a - b."}])
     prompt += session.tokenizer.encode(OPEN, add_special_tokens=False)
-    text, finish = "", ""
-    for ev in session.generate(prompt, params=params, max_tokens=max_tokens, constraint=constraint,
-                               stop_strings=[CLOSE]):
-        if isinstance(ev, TextDelta):
-            text += ev.text
-        elif isinstance(ev, GenerationStats):
-            finish = ev.finish_reason
-    return text, finish
+    done = session.complete(prompt, params=params, max_tokens=max_tokens, constraint=constraint,
+                            stop_strings=[CLOSE])
+    return done.text, done.stats.finish_reason
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from tools import ToolContext
 
@@ -28,6 +28,10 @@ from ..core.callformat import CLOSE, OPEN, RESULT_OPEN, is_first_turn, read_path
 from ..events import Event, GenerationStats, TextDelta, Warning
 from .base import ModelError, tool_specs, wire_messages
 from .grammar import GrammarConstraint, candidate_files, ll_tokenizer, tool_call_grammar
+
+if TYPE_CHECKING:
+    from ..engine.sampling import SamplingParams
+    from ..engine.session import Session
 
 _PROBE = "spec_agent_probe_tool"
 BARE_CALL = '{"name"'  # a reply opening like this is a call written without its markers
@@ -80,7 +84,7 @@ class LocalModel:
 
     label = "local"
 
-    def __init__(self, session: Any, params: Any, max_tokens: int, ctx: ToolContext | None,
+    def __init__(self, session: Session, params: SamplingParams, max_tokens: int, ctx: ToolContext | None,
                  constrain: bool = True, tools: Mapping[str, Any] | None = None,
                  tool_choice: str = "auto", tool_format: str = "auto"):
         from tools import TOOLS
@@ -95,7 +99,7 @@ class LocalModel:
         # "native" asks for the model's own format; a template without one keeps the text format.
         self.native_tools = tool_format != "text" and template_takes_tools(session.tokenizer)
 
-    def set_sampling(self, params: Any, max_tokens: int) -> None:
+    def set_sampling(self, params: SamplingParams, max_tokens: int) -> None:
         """Sample with `params`, at most `max_tokens` per turn, from the next turn on."""
         self.params, self.max_tokens = params, max_tokens
 

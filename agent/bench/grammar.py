@@ -105,18 +105,10 @@ def _constraint(lm: Any, ll_tok: Any, tool: Schema) -> Any:
 def _decode(lm: Any, ll_tok: Any, tool: Schema, prompt: list[int], speculator: Any) -> tuple[list[int], str, Any]:
     from ..core.callformat import CLOSE
     from ..engine.session import Session
-    from ..events import GenerationStats, TextDelta
 
-    toks, text, stats = [], "", None
-    session = Session(lm, speculator=speculator)
-    for ev in session.generate(prompt, max_tokens=MAX_CALL_TOKENS, stop_strings=[CLOSE],
-                               constraint=_constraint(lm, ll_tok, tool)):
-        if isinstance(ev, TextDelta):
-            toks += ev.tokens
-            text += ev.text
-        elif isinstance(ev, GenerationStats):
-            stats = ev
-    return toks, text, stats
+    done = Session(lm, speculator=speculator).complete(prompt, max_tokens=MAX_CALL_TOKENS, stop_strings=[CLOSE],
+                                                        constraint=_constraint(lm, ll_tok, tool))
+    return done.tokens, done.text, done.stats
 
 
 def check_call(tool: Schema, text: str) -> str:

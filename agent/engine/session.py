@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
 
@@ -26,6 +26,10 @@ from .errors import SpecAgentError
 from .loading import LoadedModel
 from .sampling import SamplingParams
 from .step import Batch, TokenConstraint, common_prefix, plain_decode, prefill
+
+if TYPE_CHECKING:
+    from .prefix_store import PrefixStore
+    from .speculative import Speculator
 
 
 class ContextOverflowError(SpecAgentError):
@@ -89,8 +93,8 @@ class _Tally:
 class Session:
     """Per-conversation engine state. Not thread-safe: one generation at a time."""
 
-    def __init__(self, target: LoadedModel, prefill_chunk: int = 0, speculator: Any = None,
-                 store: Any = None, kv_bits: int = 0):
+    def __init__(self, target: LoadedModel, prefill_chunk: int = 0, speculator: Speculator | None = None,
+                 store: PrefixStore | None = None, kv_bits: int = 0):
         self.target = target
         self.tokenizer = target.tokenizer
         # Cancels are checked between chunks, so a chunk bounds a cancel's delay; 512 tokens
@@ -179,7 +183,7 @@ class Session:
         if self.speculator is not None:
             self.speculator.rewind_to(min(len(self.tokens), self.tcache.offset))
 
-    def set_speculator(self, speculator: Any) -> None:
+    def set_speculator(self, speculator: Speculator | None) -> None:
         """Decode with `speculator` (None: plain) from the next call on; it starts in step
         with this session's history."""
         self.speculator = speculator
@@ -224,43 +228,52 @@ class Session:
             if cancel.cancelled:
                 yield self._stats(prompt, cached, tally, "cancelled")
                 return
-            detok = self.tokenizer.detokenizer
-            detok.reset()
-            text_so_far = ""
-            finish = "length"
-            for item in self._decode(prompt[-1], params, constraint, cancel):
-                if isinstance(item, Event):  # e.g. SpeculationChanged
-                    yield item
-                    continue
-                toks, sources = item.tokens, item.sources
-                if not tally.first:
-                    tally.first = time.perf_counter()
-                n, seg, finish = self._take(detok, toks, stop, stop_strings, text_so_far,
-                                            tally, max_tokens, finish, watch)
-                if n < len(toks) and self.speculator is not None:
-                    self.speculator.drop_emitted(sources[n:])  # accepted past a stop
-                if n:
-                    text_so_far += seg
-                    out, srcs = tuple(toks[:n]), sources[:n]
-                    if out[-1] in stop:  # the stop token itself is history, not text
-                        out, srcs = out[:-1], srcs[:-1]
-                    if out:
-                        yield TextDelta(seg, out, tuple(s != "target" for s in srcs), tuple(srcs))
-                if finish not in ("length", "cancelled") or tally.generated >= max_tokens:
-                    break
-                progress = self._progress(tally)
-                if progress is not None:
-                    yield progress
-                if cancel.cancelled:
-                    finish = "cancelled"
-                    break
-            detok.finalize()
-            if detok.last_segment and finish != "stop_string":
-                yield TextDelta(detok.last_segment, (), (), ())
+            finish = yield from self._stream(prompt[-1], params, constraint, stop, stop_strings,
+                                             cancel, watch, tally, max_tokens)
         finally:
             self._reconcile()
             self._remember(prompt)
         yield self._stats(prompt, cached, tally, finish)
+
+    def _stream(self, pending: int, params: SamplingParams, constraint, stop: set[int],
+                stop_strings: Sequence[str], cancel: CancelToken, watch, tally: _Tally,
+                max_tokens: int) -> Iterator[Event]:
+        """The decoding half of `generate`: batches → text deltas, until a stop; returns the
+        finish reason."""
+        detok = self.tokenizer.detokenizer
+        detok.reset()
+        text_so_far = ""
+        finish = "length"
+        for item in self._decode(pending, params, constraint, cancel):
+            if isinstance(item, Event):  # e.g. SpeculationChanged
+                yield item
+                continue
+            toks, sources = item.tokens, item.sources
+            if not tally.first:
+                tally.first = time.perf_counter()
+            n, seg, finish = self._take(detok, toks, stop, stop_strings, text_so_far,
+                                        tally, max_tokens, finish, watch)
+            if n < len(toks) and self.speculator is not None:
+                self.speculator.drop_emitted(sources[n:])  # accepted past a stop
+            if n:
+                text_so_far += seg
+                out, srcs = tuple(toks[:n]), sources[:n]
+                if out[-1] in stop:  # the stop token itself is history, not text
+                    out, srcs = out[:-1], srcs[:-1]
+                if out:
+                    yield TextDelta(seg, out, tuple(s != "target" for s in srcs), tuple(srcs))
+            if finish not in ("length", "cancelled") or tally.generated >= max_tokens:
+                break
+            progress = self._progress(tally)
+            if progress is not None:
+                yield progress
+            if cancel.cancelled:
+                finish = "cancelled"
+                break
+        detok.finalize()
+        if detok.last_segment and finish != "stop_string":
+            yield TextDelta(detok.last_segment, (), (), ())
+        return finish
 
     def complete(self, prompt: Sequence[int], **kw: Any) -> Completion:
         """`generate` collected: the turn's tokens, text, final figures and every event (the
