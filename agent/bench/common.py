@@ -21,8 +21,9 @@ class Run:
     stats: GenerationStats | None = None
 
 
-def ours(session: Session, prompt: list[int], n: int,
+def timed(session: Session, prompt: list[int], n: int,
           params: SamplingParams = SamplingParams()) -> Run:
+    """`n` tokens of ours for `prompt` (no stop token), with their decode speed."""
     done = session.complete(prompt, params=params, max_tokens=n, stop_tokens=set())
     return Run(done.tokens, done.stats.decode_tps, done.stats)
 

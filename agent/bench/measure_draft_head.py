@@ -140,7 +140,7 @@ def agree(tokens: int) -> None:
 
 
 def spec(tokens: int, n_first: int) -> None:
-    from agent.bench.common import ours
+    from agent.bench.common import timed
     from agent.engine.drafters import DraftModel
     from agent.engine.prefix_store import PrefixStore
     from agent.engine.session import Session
@@ -153,10 +153,10 @@ def spec(tokens: int, n_first: int) -> None:
              for label, n in (("full", 0), (f"N{n_first}", n_first))}
     pstore = PrefixStore(None, memory_mb=4096, disk_mb=0)
     for name, prompt in _prompts(target.tokenizer).items():
-        plain = ours(Session(target, store=pstore), prompt, tokens)
+        plain = timed(Session(target, store=pstore), prompt, tokens)
         row = {"workload": name, "plain_tps": round(plain.tps, 2)}
         for label, sp in specs.items():
-            run = ours(Session(target, speculator=sp, store=pstore), prompt, tokens)
+            run = timed(Session(target, speculator=sp, store=pstore), prompt, tokens)
             s = run.stats
             row[label] = dict(tps=round(run.tps, 2), identical=run.tokens == plain.tokens,
                               acceptance_rate=round(s.acceptance_rate, 3),

@@ -20,7 +20,7 @@ from pathlib import Path
 import mlx.core as mx
 
 from .. import store
-from .common import Run, ours
+from .common import Run, timed
 from ..engine.drafters import Combined, DraftModel, PromptLookup
 from ..engine.errors import ModelNotFoundError
 from .. import models
@@ -143,14 +143,14 @@ def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int]
     for name, (messages, tools) in workloads().items():
         prompt = render_chat(target.tokenizer, messages, tools)
         t = time.perf_counter()
-        runs = {"plain": ours(Session(target, store=pstore), prompt, n)}
+        runs = {"plain": timed(Session(target, store=pstore), prompt, n)}
         prefill_s = time.perf_counter() - t
         for label, spec in (("ours", draft_only), ("combined", combined), ("lookup", lookup)):
-            runs[label] = ours(Session(target, speculator=spec, store=pstore), prompt, n)
+            runs[label] = timed(Session(target, speculator=spec, store=pstore), prompt, n)
         theirs, kept = {}, {}
         for k in ks:
             theirs[k], kept[k] = _mlx_lm(target, draft, pstore, prompt, n, k)
-        runs["plain2"] = ours(Session(target, store=pstore), prompt, n)
+        runs["plain2"] = timed(Session(target, store=pstore), prompt, n)
         row = _row(name, runs, theirs, kept)
         row.update(prompt_tokens=len(prompt), first_run_s=prefill_s,
                    text=target.tokenizer.decode(runs["plain"].tokens))

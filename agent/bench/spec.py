@@ -26,7 +26,7 @@ from ..engine.loading import LoadedModel
 from ..engine.sampling import SamplingParams
 from ..engine.session import Session, render_chat
 from ..engine.speculative import SpecPolicy, Speculator
-from .common import Run, forward_ms, loop_period, ours
+from .common import Run, forward_ms, loop_period, timed
 
 WORKLOADS = {
     "code": "Write a Python function that merges two sorted lists.",
@@ -97,10 +97,10 @@ def bench_pair(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], l
     rows = []
     for name, text in WORKLOADS.items():
         prompt = _prompt(target, text)
-        plain = ours(Session(target), prompt, n)
-        mine = ours(Session(target, speculator=ours), prompt, n)
+        plain = timed(Session(target), prompt, n)
+        mine = timed(Session(target, speculator=ours), prompt, n)
         theirs = {k: _mlx_lm(target, draft, prompt, n, k) for k in ks}
-        plain2 = ours(Session(target), prompt, n)  # plain again: bracket the others in time
+        plain2 = timed(Session(target), prompt, n)  # plain again: bracket the others in time
         base = (plain.tps + plain2.tps) / 2
         s = mine.stats
         row = dict(workload=name, plain_tps=base, spec_tps=mine.tps,
@@ -149,9 +149,9 @@ def bench_sampled(target: LoadedModel, draft: LoadedModel, n: int, k: int, temp:
     drafted = accepted = 0
     for seed in range(seeds):
         mx.random.seed(seed)
-        plain = ours(Session(target), prompt, n, params)
+        plain = timed(Session(target), prompt, n, params)
         mx.random.seed(seed)
-        mine = ours(Session(target, speculator=Speculator(DraftModel(draft), fixed)), prompt, n, params)
+        mine = timed(Session(target, speculator=Speculator(DraftModel(draft), fixed)), prompt, n, params)
         mx.random.seed(seed)
         theirs = _mlx_lm(target, draft, prompt, n, k, sampler=make_sampler(temp=temp))
         time_plain += 1 / plain.tps
@@ -171,9 +171,9 @@ def bench_sampled(target: LoadedModel, draft: LoadedModel, n: int, k: int, temp:
 def bench_lookup(lm: LoadedModel, n: int, log) -> dict:
     """Part 2: prompt lookup on a copy-heavy edit with the embedded model."""
     prompt = _prompt(lm, COPY_EDIT)
-    plain = ours(Session(lm), prompt, n)
-    spec = ours(Session(lm, speculator=Speculator(PromptLookup(), SpecPolicy(mode="on"))), prompt, n)
-    plain2 = ours(Session(lm), prompt, n)
+    plain = timed(Session(lm), prompt, n)
+    spec = timed(Session(lm, speculator=Speculator(PromptLookup(), SpecPolicy(mode="on"))), prompt, n)
+    plain2 = timed(Session(lm), prompt, n)
     base = (plain.tps + plain2.tps) / 2
     s = spec.stats
     log(f"  lookup: plain {base:.2f} tok/s | lookup {spec.tps:.2f} tok/s (acceptance "
