@@ -8,6 +8,7 @@ STAMP := $(VENV)/.installed
 .PHONY: setup demo test bench clean openblas sandbox
 
 $(STAMP): pyproject.toml
+	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "spec-agent needs Python 3.11 or newer (mlx-lm 0.32 does); run make with PY=python3.11 (or newer)")'
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'

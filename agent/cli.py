@@ -10,6 +10,7 @@ from pathlib import Path
 
 from . import __version__
 from .config import DEFAULT_MODEL
+from .exit_codes import help_text as exit_code_help
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a process killed by SIGPIPE (128 + 13)
@@ -58,12 +59,26 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="spec-agent",
         description="A local coding agent on MLX with exact speculative decoding.",
-        epilog="Quick start: `spec-agent models pull`, then `spec-agent -p \"your task\"`.",
+        epilog="Quick start: `spec-agent models pull`, then `spec-agent -p \"your task\"`.\n\n"
+        + exit_code_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"spec-agent {__version__}")
-    p.add_argument("-p", "--print", dest="prompt", metavar="TASK",
-                   help="run TASK non-interactively and print the result ('-' reads stdin)")
-    p.add_argument("--output-format", choices=["text", "json", "stream-json"], default="text")
+    p.add_argument("-p", "--print", dest="prompt", metavar="TASK", nargs="?", const="-",
+                   help="run TASK non-interactively and print the result (no TASK or '-': "
+                   "read it from stdin)")
+    p.add_argument("--output-format", choices=["text", "json", "stream-json", "events"],
+                   default="text", help="headless output: text (answer on stdout, progress on "
+                   "stderr), json (one result object), stream-json (Claude Code's message "
+                   "lines), events (spec-agent's own event lines)")
+    p.add_argument("--input-format", choices=["text", "stream-json"], default="text",
+                   help="stream-json: read user messages (Claude Code's input lines) from stdin, "
+                   "one run each, in one conversation")
+    p.add_argument("--verbose", action="store_true",
+                   help="accepted for Claude Code compatibility (stream-json always carries "
+                   "every message)")
+    p.add_argument("--system-prompt", metavar="TEXT",
+                   help="accepted only as \"\" (spec-agent's own prompt, which describes its "
+                   "tools); any other text is refused")
     p.add_argument("--max-turns", type=int)
     p.add_argument("--approval-mode", choices=["suggest", "auto-edit", "full-auto"])
     p.add_argument("-y", "--yes", action="store_true", help="approve everything (full-auto)")
@@ -85,8 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plain", action="store_true",
                    help="interactive: a plain prompt (prompt-toolkit) instead of the full-screen UI")
     p.add_argument("-c", "--continue", dest="continue_last", action="store_true",
-                   help="interactive: resume the last conversation in this repository")
-    p.add_argument("--resume", metavar="ID", help="interactive: resume conversation ID")
+                   help="continue the last conversation in this repository (interactive or -p)")
+    p.add_argument("--resume", metavar="ID", help="continue conversation ID (interactive or -p)")
     p.add_argument("--stats", action="store_true", help="print generation figures to stderr")
     _engine_flags(p)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -263,6 +278,11 @@ def _dispatch(args, cfg, parser) -> int:
         from .commands import undo
 
         return undo(args, cfg)
+    from .headless import check_headless_flags, run_headless
+
+    check_headless_flags(args)
+    if getattr(args, "input_format", "text") == "stream-json":
+        return run_headless(None, args, cfg)
     if args.prompt is None:
         from .commands import interactive
 
@@ -273,9 +293,7 @@ def _dispatch(args, cfg, parser) -> int:
     if not task.strip():
         print("spec-agent: error: the task is empty", file=sys.stderr)
         return EXIT_USAGE
-    from .commands import run_task
-
-    return run_task(task, args, cfg)
+    return run_headless(task, args, cfg)
 
 
 def _read_task(prompt: str) -> str | None:

@@ -78,6 +78,9 @@ def test_supported_version_installs_and_runs(version, tmp_path):
 @pytest.mark.parametrize("version", TOO_OLD)
 def test_older_version_is_refused_by_pip(version, tmp_path):
     bin_ = _venv(version, tmp_path)
+    # As `make setup` does: a current pip (pip 23.0 resolved the dependencies first and
+    # reported mlx-lm's Python requirement instead of spec-agent's).
+    assert _run(bin_ / "python", "-m", "pip", "install", "-q", "--upgrade", "pip").returncode == 0
     r = _run(bin_ / "python", "-m", "pip", "install", ROOT, timeout=600)
     out = r.stdout + r.stderr
     assert r.returncode != 0
