@@ -27,7 +27,7 @@ TABLE = (
              "a tool call needed an approval no one could give (rerun with --yes or "
              "--approval-mode)"),
     ExitCode(130, "cancelled", ("cancelled",), "Ctrl-C (or a stream-json interrupt)"),
-    ExitCode(141, "output closed", (), "the reader of stdout went away (`| head`)"),
+    ExitCode(141, "output closed", (), "the reader of stdout went away (e.g. piped into head)"),
 )
 
 STOP_REASONS = tuple(r for row in TABLE for r in row.stop_reasons)
