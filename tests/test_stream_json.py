@@ -157,3 +157,32 @@ def test_cli_refuses_mixed_resume_flags_and_task_with_stream_input(tmp_path):
         r = subprocess.run([sys.executable, "-m", "agent.cli", "-C", str(tmp_path), *argv],
                            capture_output=True, text=True, timeout=60)
         assert r.returncode == 2 and why in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+def test_the_sdk_drives_spec_agent_as_its_cli(git_repo, tmp_path):
+    """claude-agent-sdk's query() with cli_path = spec-agent: its flags, its initialize
+    control request, one user message on stdin, our stream-json lines back, a clean exit."""
+    import os
+    from pathlib import Path
+
+    import anyio
+    from claude_agent_sdk import ClaudeAgentOptions, query
+
+    tests = Path(__file__).parent
+    cli = tmp_path / "spec-agent"
+    cli.write_text(f"#!/bin/sh\nexec {sys.executable} {tests / 'scripted_cli.py'} \"$@\"\n")
+    cli.chmod(0o755)
+    env = {"SPEC_AGENT_HOME": str(tmp_path / "home"), "SPEC_AGENT_APPROVAL_MODE": "full-auto",
+           "SCRIPTED_TURNS": json.dumps([READ, "calc.py adds and subtracts."]),
+           "PYTHONPATH": os.pathsep.join([str(tests.parent), os.environ.get("PYTHONPATH", "")])}
+    opts = ClaudeAgentOptions(cli_path=str(cli), cwd=str(git_repo), env=env, max_turns=5)
+
+    async def collect():
+        return [m async for m in query(prompt="what is in calc.py?", options=opts)]
+
+    msgs = anyio.run(collect)
+    kinds = [type(m).__name__ for m in msgs]
+    assert kinds == ["SystemMessage", "AssistantMessage", "UserMessage", "AssistantMessage",
+                     "ResultMessage"], kinds
+    assert msgs[1].content[0].name == "read_file" and "def add" in msgs[2].content[0].content
+    assert msgs[-1].result == "calc.py adds and subtracts." and msgs[-1].subtype == "success"
