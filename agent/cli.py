@@ -13,7 +13,8 @@ from .config import DEFAULT_MODEL
 from .exit_codes import help_text as exit_code_help
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-EXIT_BROKEN_PIPE = 141  # what a shell reports for a process killed by SIGPIPE (128 + 13)
+EXIT_BROKEN_PIPE = 141
+PERMISSION_MODES = {"default": "suggest", "acceptEdits": "auto-edit", "bypassPermissions": "full-auto"}  # what a shell reports for a process killed by SIGPIPE (128 + 13)
 
 
 def _engine_flags(p: argparse.ArgumentParser) -> None:
@@ -82,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-turns", type=int)
     p.add_argument("--approval-mode", choices=["suggest", "auto-edit", "full-auto"])
     p.add_argument("-y", "--yes", action="store_true", help="approve everything (full-auto)")
+    p.add_argument("--permission-mode", choices=sorted(PERMISSION_MODES),
+                   help="Claude Code's names for --approval-mode: default = suggest, "
+                   "acceptEdits = auto-edit, bypassPermissions = full-auto")
     p.add_argument("--dirty-files", choices=["commit", "stash", "refuse"],
                    help="what to do with your uncommitted changes to a file the agent edits")
     p.add_argument("--shell-timeout-s", type=float, metavar="SECONDS",
@@ -182,6 +186,9 @@ def _flags(args: argparse.Namespace) -> dict:
     out = {k: getattr(args, k, None) for k in keys}
     if args.command == "bench" and getattr(args, "what", "") in ("lookup", "grammar"):
         out["model"] = out["model"] or "embedded"  # fast; these measure the engine, not quality
+    mode = getattr(args, "permission_mode", None)
+    if mode:
+        out["approval_mode"] = PERMISSION_MODES[mode]
     if getattr(args, "yes", False):
         out["approval_mode"] = "full-auto"
     return out

@@ -10,6 +10,7 @@ from .config import ConfigError
 
 # Options that only a conversation reads: -p (headless) or the interactive UIs.
 RUN_ONLY = {"max_turns": "--max-turns", "approval_mode": "--approval-mode", "yes": "--yes",
+            "permission_mode": "--permission-mode",
             "dirty_files": "--dirty-files", "shell_timeout_s": "--shell-timeout-s",
             "sandbox": "--sandbox", "allow_network": "--allow-network",
             "auto_commit": "--no-auto-commit", "constrained_calls": "--no-constrained-calls",
@@ -56,8 +57,11 @@ def _refuse(flags: list[str], where: str) -> None:
 
 
 def refuse_unused(args) -> None:
-    """ConfigError naming the options the chosen command would ignore."""
+    """ConfigError naming the options the chosen command would ignore (or contradict)."""
     cmd = args.command
+    if getattr(args, "permission_mode", None) and (getattr(args, "approval_mode", None)
+                                                    or getattr(args, "yes", False)):
+        raise ConfigError("give one of --permission-mode, --approval-mode and --yes")
     session = {**RUN_ONLY, **HEADLESS_ONLY, **INTERACTIVE_ONLY, **SESSION}
     if cmd in ("models", "undo"):
         _refuse(_given(args, {**session, **ENGINE}), f"`spec-agent {cmd}`")

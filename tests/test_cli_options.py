@@ -45,6 +45,15 @@ def test_an_option_the_command_ignores_is_one_error(argv, flag, where, tmp_path)
     assert flag in r.stderr and where in r.stderr and "Traceback" not in r.stderr
 
 
+def test_permission_mode_is_claude_codes_name_for_approval_mode():
+    for mode, ours in (("default", "suggest"), ("acceptEdits", "auto-edit"),
+                       ("bypassPermissions", "full-auto")):
+        args = build_parser().parse_args(["--permission-mode", mode, "-p", "x"])
+        assert _flags(args)["approval_mode"] == ours
+    r = cli("--permission-mode", "default", "--yes", "-p", "x")
+    assert r.returncode == 2 and "give one of --permission-mode" in r.stderr
+
+
 def test_model_given_before_bench_reaches_the_bench():
     for argv in (["-m", "x", "bench", "lookup"], ["bench", "lookup", "-m", "x"],
                  ["-m", "x", "bench", "cache"]):

@@ -172,10 +172,11 @@ def test_the_sdk_drives_spec_agent_as_its_cli(git_repo, tmp_path):
     cli = tmp_path / "spec-agent"
     cli.write_text(f"#!/bin/sh\nexec {sys.executable} {tests / 'scripted_cli.py'} \"$@\"\n")
     cli.chmod(0o755)
-    env = {"SPEC_AGENT_HOME": str(tmp_path / "home"), "SPEC_AGENT_APPROVAL_MODE": "full-auto",
+    env = {"SPEC_AGENT_HOME": str(tmp_path / "home"),
            "SCRIPTED_TURNS": json.dumps([READ, "calc.py adds and subtracts."]),
            "PYTHONPATH": os.pathsep.join([str(tests.parent), os.environ.get("PYTHONPATH", "")])}
-    opts = ClaudeAgentOptions(cli_path=str(cli), cwd=str(git_repo), env=env, max_turns=5)
+    opts = ClaudeAgentOptions(cli_path=str(cli), cwd=str(git_repo), env=env, max_turns=5,
+                              permission_mode="bypassPermissions")
 
     async def collect():
         return [m async for m in query(prompt="what is in calc.py?", options=opts)]
@@ -184,5 +185,6 @@ def test_the_sdk_drives_spec_agent_as_its_cli(git_repo, tmp_path):
     kinds = [type(m).__name__ for m in msgs]
     assert kinds == ["SystemMessage", "AssistantMessage", "UserMessage", "AssistantMessage",
                      "ResultMessage"], kinds
+    assert msgs[0].data["permissionMode"] == "full-auto" and msgs[0].data["cwd"] == str(git_repo)
     assert msgs[1].content[0].name == "read_file" and "def add" in msgs[2].content[0].content
     assert msgs[-1].result == "calc.py adds and subtracts." and msgs[-1].subtype == "success"
