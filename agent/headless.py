@@ -46,7 +46,7 @@ def user_text(obj: dict[str, Any]) -> str:
     """The text of a stream-json user message; ValueError says what is wrong with it."""
     message = obj.get("message")
     content = message.get("content") if isinstance(message, dict) else None
-    if isinstance(content, str):
+    if isinstance(content, str) and content.strip():
         return content
     if isinstance(content, list) and content:
         texts = []
@@ -56,8 +56,9 @@ def user_text(obj: dict[str, Any]) -> str:
                 kind = block.get("type") if isinstance(block, dict) else type(block).__name__
                 raise ValueError(f"only text content blocks are supported, got {kind!r}")
             texts.append(block["text"])
-        return "\n".join(texts)
-    raise ValueError("a user message needs message.content: a string or text blocks")
+        if "".join(texts).strip():
+            return "\n".join(texts)
+    raise ValueError("a user message needs message.content: a non-empty string or text blocks")
 
 
 class StreamInput:

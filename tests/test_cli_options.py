@@ -54,6 +54,12 @@ def test_permission_mode_is_claude_codes_name_for_approval_mode():
     assert r.returncode == 2 and "give one of --permission-mode" in r.stderr
 
 
+def test_bare_p_reads_the_task_from_stdin():
+    r = subprocess.run([*BIN, "-p"], input="  \n", capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "the task is empty" in r.stderr
+    assert build_parser().parse_args(["-p", "--yes"]).prompt == "-"
+
+
 def test_model_given_before_bench_reaches_the_bench():
     for argv in (["-m", "x", "bench", "lookup"], ["bench", "lookup", "-m", "x"],
                  ["-m", "x", "bench", "cache"]):

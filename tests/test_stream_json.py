@@ -122,6 +122,7 @@ def test_two_messages_on_stdin_are_one_conversation(git_repo, capsys):
     ("not json\n", "stdin line 1: not JSON"),
     ('{"type": "user", "message": {"content": [{"type": "image"}]}}\n', "only text content"),
     ('{"type": "assistant"}\n', "unknown message type 'assistant'"),
+    ('{"type": "user", "message": {"content": "  "}}\n', "a non-empty string"),
     ("", "no user message on stdin"),
 ])
 def test_bad_stdin_is_one_error_and_exit_2(git_repo, capsys, stdin, why):
