@@ -13,8 +13,10 @@ from .config import DEFAULT_MODEL
 from .exit_codes import help_text as exit_code_help
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
-EXIT_BROKEN_PIPE = 141
-PERMISSION_MODES = {"default": "suggest", "acceptEdits": "auto-edit", "bypassPermissions": "full-auto"}  # what a shell reports for a process killed by SIGPIPE (128 + 13)
+EXIT_BROKEN_PIPE = 141  # what a shell reports for a process killed by SIGPIPE (128 + 13)
+# Claude Code's --permission-mode names for our approval modes.
+PERMISSION_MODES = {"default": "suggest", "acceptEdits": "auto-edit",
+                    "bypassPermissions": "full-auto"}
 
 
 def _engine_flags(p: argparse.ArgumentParser) -> None:
