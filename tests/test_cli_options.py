@@ -156,3 +156,30 @@ def test_readme_output_schema_lists_every_event_and_field():
 
     for reason in exit_codes.STOP_REASONS:
         assert f"`{reason}`" in section
+
+
+def test_stats_say_n_a_for_figures_nothing_measured():
+    import io
+    from dataclasses import replace
+
+    from scripted import fake_stats
+
+    from agent.events import AgentResult, RunStopped, TurnStats
+    from agent.ui.render import Renderer
+
+    def summary(stats, usage):
+        err = io.StringIO()
+        r = Renderer("text", io.StringIO(), err, stats=True)
+        for ev in (TurnStats(1, stats), RunStopped("answered", 1),
+                   AgentResult(False, "ok", 1, usage, stop_reason="answered")):
+            r.handle(ev)
+        return err.getvalue().splitlines()[-1]
+
+    usage = {"input_tokens": 100, "cached_input_tokens": 80, "cache_hit_rate": 0.8,
+             "drafted_tokens": 12, "acceptance_rate": 0.5, "output_tokens": 10, "decode_tps": 20.0}
+    assert "cache hits 80%, acceptance 50%" in summary(fake_stats(), usage)
+    server = replace(fake_stats(), backend="openai h · m", cache_reported=False, drafted=0,
+                     accepted=0, speculative=False)
+    bare = {**usage, "cached_input_tokens": 0, "cache_hit_rate": 0.0, "drafted_tokens": 0,
+            "acceptance_rate": 0.0}
+    assert "cache hits n/a, acceptance n/a" in summary(server, bare)
