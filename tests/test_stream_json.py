@@ -189,3 +189,43 @@ def test_the_sdk_drives_spec_agent_as_its_cli(git_repo, tmp_path):
     assert msgs[0].data["permissionMode"] == "full-auto" and msgs[0].data["cwd"] == str(git_repo)
     assert msgs[1].content[0].name == "read_file" and "def add" in msgs[2].content[0].content
     assert msgs[-1].result == "calc.py adds and subtracts." and msgs[-1].subtype == "success"
+
+
+def test_an_interrupt_control_request_cancels_the_running_message(git_repo, capsys):
+    """The SDK's interrupt(): a control_request on stdin while a message runs cancels it."""
+    import os
+    import time
+    from dataclasses import replace
+
+    from scripted import fake_stats
+
+    from agent.events import TextDelta
+
+    read_fd, write_fd = os.pipe()
+    writer = os.fdopen(write_fd, "w")
+    writer.write(user_line("count to a million"))
+    writer.flush()
+
+    class Waits(ScriptedModel):
+        def generate(self, messages, cancel=None):
+            self.seen.append(messages)
+            writer.write(json.dumps({"type": "control_request", "request_id": "int1",
+                                     "request": {"subtype": "interrupt"}}) + "\n")
+            writer.close()  # then end of input
+            yield TextDelta("1, 2, 3", ())
+            end = time.monotonic() + 10
+            while not cancel.cancelled and time.monotonic() < end:
+                time.sleep(0.01)
+            yield replace(fake_stats(), finish_reason="cancelled" if cancel.cancelled else "stop")
+
+    args = SimpleNamespace(repo=git_repo, output_format="stream-json", stats=False,
+                           input_format="stream-json")
+    with os.fdopen(read_fd) as stdin:
+        code = run_headless(None, args, full_auto(), model=Waits([]), stdin=stdin)
+    lines = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
+    assert code == 130
+    assert {"type": "control_response", "response": {"subtype": "success", "request_id": "int1",
+                                                     "response": {}}} in lines
+    res = parse_message(lines[-1])
+    assert isinstance(res, ResultMessage) and res.is_error
+    assert lines[-1]["spec_agent"]["stop_reason"] == "cancelled"
