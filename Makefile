@@ -5,9 +5,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test bench clean openblas sandbox
+.PHONY: setup demo test bench clean openblas sandbox install
 
 $(STAMP): pyproject.toml
+	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "spec-agent needs Python 3.11 or newer (mlx-lm 0.32 does); run make with PY=python3.11 (or newer)")'
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e '.[test]'
@@ -34,6 +35,14 @@ sandbox:
 	      || echo "warning: could not install bubblewrap; shell commands will need approval"; \
 	  else echo "note: install bubblewrap to sandbox the agent's shell commands (sudo apt-get install bubblewrap)"; fi; \
 	fi
+
+# spec-agent on PATH: a link in $(PREFIX)/bin to this checkout's .venv/bin/spec-agent.
+PREFIX ?= $(HOME)/.local
+install: setup
+	@mkdir -p "$(PREFIX)/bin"
+	ln -sf "$(CURDIR)/$(BIN)/spec-agent" "$(PREFIX)/bin/spec-agent"
+	@case ":$$PATH:" in *":$(PREFIX)/bin:"*) ;; \
+	  *) echo "note: $(PREFIX)/bin is not on your PATH; add it, e.g. export PATH=\"$(PREFIX)/bin:\$$PATH\"";; esac
 
 demo: setup
 	$(BIN)/spec-agent models pull

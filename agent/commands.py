@@ -1,11 +1,7 @@
 """What the CLI's commands do once arguments are parsed (kept apart from parsing).
 
-Exit codes of a run come from its `AgentResult.stop_reason`: 0 answered (or stopped at
---max-turns), 1 error (model or git failure, or a turn stopped because the model kept repeating
-itself: stop_reason "repetition"), 2 usage/config error, including a run stopped
-because a tool call needed an approval that no one could give (rerun with --yes /
---approval-mode), 130 cancelled (Ctrl-C). `agent.cli.main` adds 141 when the output pipe
-closed early (`| head`), quietly, as a shell reports SIGPIPE.
+Exit codes: agent/exit_codes.py (a run's comes from its `stop_reason`); headless runs
+themselves are agent/headless.py.
 """
 
 from __future__ import annotations
@@ -16,8 +12,7 @@ from pathlib import Path
 
 from .config import Config, ConfigError
 
-EXIT_CODES = {"answered": 0, "max_turns": 0, "error": 1, "repetition": 1, "approval_required": 2,
-              "cancelled": 130}
+from .exit_codes import BY_STOP_REASON as EXIT_CODES  # noqa: E402,F401 - for importers
 
 
 def workspace(args) -> Path:
@@ -52,25 +47,11 @@ class _CancelOnSigint:
 
 
 def run_task(task: str, args, cfg: Config, model=None) -> int:
-    """Run the agent on `task` non-interactively; events rendered per --output-format.
-    `model` replaces the local engine (tests)."""
-    from .cancel import CancelToken
-    from .runtime import Runtime
-    from .ui.render import Renderer
+    """Run the agent on `task` non-interactively (agent/headless.py); `model` replaces the
+    local engine (tests)."""
+    from .headless import run_headless
 
-    renderer = Renderer(getattr(args, "output_format", "text"), sys.stdout, sys.stderr,
-                        bool(getattr(args, "stats", False)))
-    runtime = Runtime(cfg, workspace(args), model=model)
-    if model is None:
-        runtime.load()
-    conversation = runtime.new_conversation()
-    cancel = CancelToken()
-    result = None
-    with _CancelOnSigint(cancel):
-        for ev in conversation.send(task, cancel):
-            renderer.handle(ev)
-            result = ev
-    return EXIT_CODES.get(getattr(result, "stop_reason", ""), 1)
+    return run_headless(task, args, cfg, model=model)
 
 
 def config_show(args, flags: dict) -> int:

@@ -116,10 +116,8 @@ def check_value(key: str, value: Any, where: str) -> Any:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        raise ConfigError(f"{path}: reading config files needs Python 3.11+") from None
+    import tomllib
+
     try:
         return tomllib.loads(path.read_text())
     except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError) as e:

@@ -253,8 +253,9 @@ class GitAction(Event):
 
 @dataclass(frozen=True)
 class RunStopped(Event):
-    """Why a run ended: `answered`, `max_turns`, `approval_required`, `error`, `cancelled`,
-    `repetition` (the model looped on one span of text and the turn was stopped)."""
+    """Why a run ended: `answered`, `max_turns`, `max_tokens` (the reply was cut at the token
+    limit), `approval_required`, `error`, `cancelled`, `repetition` (the model looped on one span
+    of text and the turn was stopped). agent/exit_codes.py maps each to an exit code."""
 
     reason: str
     turn: int

@@ -15,6 +15,7 @@ import pytest
 from scripted import git, git_repo  # noqa: F401
 
 from agent.core.git import is_agent_commit
+from agent.exit_codes import for_stop_reason
 
 
 @pytest.mark.embedded
@@ -23,10 +24,11 @@ def test_print_mode_json_in_a_temp_repo(embedded, git_repo):
            "-C", str(git_repo), "-m", "embedded", "--yes", "--max-turns", "3", "--max-tokens", "64",
            "--output-format", "json"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=git_repo, env=dict(os.environ))
-    assert r.returncode == 0, r.stderr
     obj = json.loads(r.stdout)  # exactly one JSON object on stdout
-    assert obj["type"] == "result" and obj["is_error"] is False
-    assert obj["stop_reason"] in ("answered", "max_turns") and 1 <= obj["num_turns"] <= 3
+    # The tiny model may not finish in 3 turns of 64 tokens: exit 3 with the reason then.
+    assert obj["type"] == "result" and obj["stop_reason"] in ("answered", "max_turns", "max_tokens")
+    assert r.returncode == for_stop_reason(obj["stop_reason"]), r.stderr
+    assert obj["is_error"] is (obj["stop_reason"] != "answered") and 1 <= obj["num_turns"] <= 3
     usage = obj["usage"]
     assert usage["output_tokens"] > 0 and usage["decode_tps"] > 0 and usage["model_turns"] == obj["num_turns"]
     assert 0.0 <= usage["cache_hit_rate"] <= 1.0 and "acceptance_rate" in usage

@@ -256,7 +256,7 @@ def test_server_down_is_one_line_and_exit_1(repo):
     port = gone.httpd.server_address[1]
     gone.httpd.server_close()  # bound then closed: nothing listens there
     env = {**os.environ, "LD_PRELOAD": "", "SPEC_AGENT_MAX_RETRIES": "1"}
-    for fmt in ("text", "stream-json"):
+    for fmt in ("text", "events"):
         r = subprocess.run([sys.executable, "-m", "agent.cli", "-p", "hi", "--engine", "openai",
                             "--base-url", f"http://127.0.0.1:{port}/v1", "-m", "m", "-C", str(repo),
                             "--output-format", fmt],
@@ -310,7 +310,7 @@ def test_print_mode_agent_loop_with_real_tools(repo, capsys):
               tool_reply("run_shell", {"command": "grep -c sum calc.py"}), text_reply("Commented.")]
     with FakeServer(script) as srv:
         code = cli_main(["-p", "comment the sum", "--engine", "openai", "--base-url", srv.url,
-                         "-C", str(repo), "--yes", "--sandbox", "off", "--output-format", "stream-json"])
+                         "-C", str(repo), "--yes", "--sandbox", "off", "--output-format", "events"])
     lines = [json.loads(l) for l in capsys.readouterr().out.splitlines()]
     assert code == 0, lines[-1]
     kinds = {l["type"] for l in lines}
@@ -385,10 +385,10 @@ def test_stream_json_carries_the_same_event_kinds_as_the_local_engine(repo, caps
     edit = {"path": "calc.py", "edits": [{"old": "return a - b", "new": "return a - b  # diff"}]}
     with FakeServer([tool_reply("edit_file", edit), text_reply("Done it.")]) as srv:
         assert cli_main(["-p", "note sub", "--engine", "openai", "--base-url", srv.url, "-C",
-                         str(repo), "--yes", "--output-format", "stream-json"]) == 0
+                         str(repo), "--yes", "--output-format", "events"]) == 0
     served = [json.loads(l)["type"] for l in capsys.readouterr().out.splitlines()]
     git(repo, "reset", "-q", "--hard", "HEAD~1")
-    args = Namespace(output_format="stream-json", repo=repo, stats=False)
+    args = Namespace(output_format="events", repo=repo, stats=False)
     local = ScriptedModel([call("edit_file", **edit), "Done it."])
     assert run_task("note sub", args, full_auto(), model=local) == 0
     scripted = [json.loads(l)["type"] for l in capsys.readouterr().out.splitlines()]

@@ -1,8 +1,9 @@
 """`spec-agent bench cache`: what the prefix caches save at about 4k tokens of context.
 
-With the configured model (the embedded SmolLM2 by default) and drafter, it builds an agent
-conversation as the agent would send it (its real system prompt, then read_file calls whose
-results are files of this repository) of about `--context` tokens, and measures in one run:
+With the configured model (the default model unless `-m` names another) and drafter, it builds
+an agent conversation as the agent would send it (its real system prompt, then read_file calls
+whose results are files of this repository) of about 4k tokens (`run_bench(context=...)`), and
+measures in one run:
 - prefill speed of a fresh 1k-token prompt and of the fresh ≈4k-token prompt;
 - time to first token of the next turn: cold (a fresh session, no caches), warm (the session
   that ran the previous turn) and in a new process that finds only the disk cache;

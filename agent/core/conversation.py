@@ -75,7 +75,8 @@ class Usage:
         }
 
 
-ERROR_STOPS = ("error", "approval_required", "cancelled", "repetition")
+# Every stop but "answered" is a run that did not deliver (agent/exit_codes.py gives each a code).
+ERROR_STOPS = ("error", "approval_required", "cancelled", "repetition", "max_turns", "max_tokens")
 CUT_SHORT = ("cancelled", "repetition")  # turns stopped mid-way: a half-written call is dropped
 NOT_RUN = "not run: the user cancelled before this call"
 
@@ -180,14 +181,20 @@ class Conversation:
                     yield from self._finish(run, "approval_required", stop)
                     return
             if not calls:
-                reason = "cancelled" if run.cancel.cancelled else "answered"
-                yield from self._finish(run, reason, "cancelled" if reason == "cancelled" else "")
+                if run.cancel.cancelled:
+                    yield from self._finish(run, "cancelled", "cancelled")
+                elif stats is not None and stats.finish_reason == "length":
+                    yield from self._finish(run, "max_tokens", "the reply was cut at max_tokens "
+                                            f"({self.cfg.max_tokens}); raise --max-tokens")
+                else:
+                    yield from self._finish(run, "answered")
                 return
             stop = yield from self._run_calls(run, calls)
             if stop:
                 yield from self._finish(run, "approval_required", stop)
                 return
-        yield from self._finish(run, "max_turns")
+        yield from self._finish(run, "max_turns", f"stopped after {self.cfg.max_turns} turns "
+                                "(max_turns) before an answer")
 
     def _model_turn(self, run: _Run) -> Iterator[Event]:
         parts: list[str] = []

@@ -45,7 +45,7 @@ MODE_TEXT = {
     "full-auto": ("Full auto", "edit and run sandboxed commands freely; destructive ones still ask"),
 }
 
-STOP_REASONS = {"answered": "end_turn", "max_turns": "max_turn_requests",
+STOP_REASONS = {"answered": "end_turn", "max_turns": "max_turn_requests", "max_tokens": "max_tokens",
                 "cancelled": "cancelled", "approval_required": "end_turn"}
 
 

@@ -3,8 +3,9 @@
 - `text`: progress (tool calls, results, git actions, warnings) on stderr, the final answer on
   stdout; with `stats=True` each turn's figures on stderr too.
 - `json`: nothing until the end, then one object: the `AgentResult` fields plus `stop_reason`.
-- `stream-json`: one JSON object per line for each step (assistant message, tool call, tool
-  result, approval stop, git action, warning, turn stats), then the same final object.
+- `events`: one JSON object per line for each step (assistant message, tool call, tool
+  result, approval stop, git action, warning, context compaction, speculation change, turn
+  stats), then the same final object. (`stream-json`, Claude Code's shapes, is ui/stream_json.py.)
 Text deltas are not rendered (a TUI streams them). This module only formats; it runs nothing.
 """
 
@@ -18,7 +19,7 @@ from ..events import (AgentResult, ApprovalRequired, AssistantMessage, Event, Ge
                      ToolCallFinished, ToolCallStarted, TurnStats, Warning)
 
 _STREAMED = (AssistantMessage, ToolCallStarted, ToolCallFinished, ApprovalRequired, GitAction,
-             Warning, TurnStats, SpeculationChanged)
+             Warning, TurnStats, SpeculationChanged)  # Warning includes ContextCompacted
 
 
 def format_stats(s: GenerationStats) -> str:
@@ -53,19 +54,22 @@ class Renderer:
     """Feed every event to `handle`; the final `AgentResult` writes the closing output."""
 
     def __init__(self, fmt: str, out: IO[str], err: IO[str], stats: bool = False):
-        if fmt not in ("text", "json", "stream-json"):
+        if fmt not in ("text", "json", "events"):
             raise ValueError(f"unknown output format {fmt!r}")
         self.fmt, self.out, self.err, self.stats = fmt, out, err, stats
         self.stop_reason = ""
         self.result: dict[str, Any] | None = None
+        self.cache_reported = True  # False once a server turn did not say what it cached
 
     def handle(self, ev: Event) -> None:
+        if isinstance(ev, TurnStats) and not ev.stats.cache_reported:
+            self.cache_reported = False
         if isinstance(ev, RunStopped):
             self.stop_reason = ev.reason
         elif isinstance(ev, AgentResult):
             self.result = {**ev.to_dict(), "type": "result", "stop_reason": self.stop_reason}
             self._final(ev)
-        elif self.fmt == "stream-json":
+        elif self.fmt == "events":
             if isinstance(ev, _STREAMED):
                 self._line(ev.to_dict())
         elif self.fmt == "text" and not isinstance(ev, (TextDelta, PrefillProgress)):
@@ -98,7 +102,7 @@ class Renderer:
             self.err.flush()
 
     def _final(self, ev: AgentResult) -> None:
-        if self.fmt in ("json", "stream-json"):
+        if self.fmt in ("json", "events"):
             self._line(self.result)
             return
         if ev.result:
@@ -107,10 +111,16 @@ class Renderer:
         if ev.is_error:
             self.err.write(f"spec-agent: error: {ev.error}\n")
         if self.stats:
-            u = ev.usage
-            self.err.write(
-                f"[{ev.num_turns} turns, {u.get('output_tokens', 0)} tokens out, decode "
-                f"{u.get('decode_tps', 0):.1f} tok/s, cache hits {u.get('cache_hit_rate', 0):.0%}, "
-                f"acceptance {u.get('acceptance_rate', 0):.0%}, {u.get('tool_calls', 0)} tool calls]\n"
-            )
+            self.err.write(self._summary(ev) + "\n")
         self.err.flush()
+
+    def _summary(self, ev: AgentResult) -> str:
+        """The run's figures; "n/a" where nothing measured one (a server that does not report
+        its cache, a run without drafting)."""
+        u = ev.usage
+        cache = f"{u.get('cache_hit_rate', 0):.0%}" if self.cache_reported and \
+            u.get("input_tokens") else "n/a"
+        accept = f"{u.get('acceptance_rate', 0):.0%}" if u.get("drafted_tokens") else "n/a"
+        return (f"[{ev.num_turns} turns, {u.get('output_tokens', 0)} tokens out, decode "
+                f"{u.get('decode_tps', 0):.1f} tok/s, cache hits {cache}, acceptance {accept}, "
+                f"{u.get('tool_calls', 0)} tool calls]")

@@ -196,7 +196,7 @@ class Transcript:
             return self.line("(cancelled)" if ev.reason == "cancelled" else "(stopped: max turns reached)")
         elif isinstance(ev, AgentResult):
             self.result = ev
-            if ev.is_error and ev.error and ev.stop_reason != "cancelled":
+            if ev.is_error and ev.error and ev.stop_reason not in ("cancelled", "max_turns"):
                 return self.line(f"error: {ev.error}")
         return ""
 

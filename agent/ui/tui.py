@@ -322,7 +322,7 @@ class AgentApp(App[int]):
             chat.add_note("cancelled" if ev.reason == "cancelled" else "stopped: max turns", "warn")
         elif isinstance(ev, AgentResult):
             self.last_result = ev
-            if ev.is_error and ev.error and ev.stop_reason != "cancelled":
+            if ev.is_error and ev.error and ev.stop_reason not in ("cancelled", "max_turns"):
                 chat.add_note(f"error: {ev.error}", "error")
 
     def on_job_done(self, msg: JobDone) -> None:

@@ -1,0 +1,81 @@
+"""Options given where they would do nothing are refused in one line (exit 2), never dropped.
+
+`refuse_unused(args)` compares what was given on the command line (a value other than the
+parser's default) with what the chosen command reads. Imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+from .config import ConfigError
+
+# Options that only a conversation reads: -p (headless) or the interactive UIs.
+RUN_ONLY = {"max_turns": "--max-turns", "approval_mode": "--approval-mode", "yes": "--yes",
+            "permission_mode": "--permission-mode",
+            "dirty_files": "--dirty-files", "shell_timeout_s": "--shell-timeout-s",
+            "sandbox": "--sandbox", "allow_network": "--allow-network",
+            "auto_commit": "--no-auto-commit", "constrained_calls": "--no-constrained-calls",
+            "tool_choice": "--tool-choice", "attach_mentioned": "--no-attach-mentioned",
+            "edit_format": "--edit-format", "tool_format": "--tool-format"}
+HEADLESS_ONLY = {"output_format": "--output-format", "input_format": "--input-format",
+                 "verbose": "--verbose", "system_prompt": "--system-prompt", "stats": "--stats"}
+INTERACTIVE_ONLY = {"plain": "--plain"}
+SESSION = {"continue_last": "-c/--continue", "resume": "--resume"}
+ENGINE = {"model": "-m/--model", "draft_model": "--draft-model", "num_draft_tokens": "-K",
+          "speculation": "--speculation", "drafter": "--drafter", "temperature": "--temperature",
+          "top_p": "--top-p", "top_k": "--top-k", "min_p": "--min-p",
+          "repetition_penalty": "--repetition-penalty", "max_tokens": "--max-tokens",
+          "device": "--device", "blas": "--blas", "engine": "--engine", "base_url": "--base-url"}
+BENCH = {"quick": "--quick", "tokens": "--tokens", "subset": "--subset",
+         "through_eos": "--through-eos", "pair": "--pair", "eps": "--eps"}
+DEFAULTS = {"output_format": "text", "input_format": "text", "subset": "all", "pair": "auto",
+            "eps": 0.5}
+
+# What each bench reads (agent/bench/spec.py, cache.py, lookup.py, grammar.py), besides --json.
+BENCH_READS = {
+    "spec": {"quick", "tokens", "pair", "eps", "num_draft_tokens"},
+    "cache": {"model", "draft_model", "device", "blas", "speculation", "drafter",
+              "num_draft_tokens"},
+    "lookup": {"quick", "tokens", "subset", "through_eos", "model", "device", "blas"},
+    "grammar": {"model", "device", "blas"},
+}
+
+
+def _given(args, names: dict[str, str]) -> list[str]:
+    out = []
+    for dest, flag in names.items():
+        value = getattr(args, dest, None)
+        if value is not None and value is not False and value != DEFAULTS.get(dest):
+            out.append(flag)
+    return out
+
+
+def _refuse(flags: list[str], where: str) -> None:
+    if flags:
+        s = "s" if len(flags) > 1 else ""
+        raise ConfigError(f"option{s} {', '.join(flags)} {'do' if s else 'does'} nothing "
+                          f"with {where}; leave {'them' if s else 'it'} out")
+
+
+def refuse_unused(args) -> None:
+    """ConfigError naming the options the chosen command would ignore (or contradict)."""
+    cmd = args.command
+    if getattr(args, "permission_mode", None) and (getattr(args, "approval_mode", None)
+                                                    or getattr(args, "yes", False)):
+        raise ConfigError("give one of --permission-mode, --approval-mode and --yes")
+    session = {**RUN_ONLY, **HEADLESS_ONLY, **INTERACTIVE_ONLY, **SESSION}
+    if cmd in ("models", "undo"):
+        _refuse(_given(args, {**session, **ENGINE}), f"`spec-agent {cmd}`")
+    elif cmd == "config":
+        _refuse(_given(args, {**HEADLESS_ONLY, **INTERACTIVE_ONLY, **SESSION}), "`config show`")
+    elif cmd in ("eval", "acp"):
+        _refuse(_given(args, {**HEADLESS_ONLY, **INTERACTIVE_ONLY, **SESSION}), f"`{cmd}`")
+    elif cmd == "bench":
+        reads = BENCH_READS[args.what]
+        unused = {k: v for k, v in {**ENGINE, **BENCH}.items() if k not in reads}
+        _refuse(_given(args, {**session, **unused}), f"`bench {args.what}`")
+    if cmd is not None and getattr(args, "prompt", None) is not None:
+        _refuse(["-p"], f"`spec-agent {cmd}`")
+    if cmd is None:
+        headless = args.prompt is not None or getattr(args, "input_format", "text") != "text"
+        _refuse(_given(args, INTERACTIVE_ONLY if headless else HEADLESS_ONLY),
+                "-p" if headless else "the interactive UI (give a task with -p)")
