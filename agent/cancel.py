@@ -7,6 +7,7 @@ tool calls; a check never interrupts a forward pass, so caches stay consistent. 
 
 from __future__ import annotations
 
+import signal
 import threading
 
 
@@ -26,3 +27,26 @@ class CancelToken:
     def __bool__(self) -> bool:  # a token is always truthy; use `.cancelled`
         return True
 
+
+class CancelOnSigint:
+    """The first Ctrl-C sets the cancel token (the turn stops between rounds, caches stay
+    consistent); a second one raises KeyboardInterrupt as usual."""
+
+    def __init__(self, cancel):
+        self.cancel, self.previous = cancel, None
+
+    def _handle(self, signum, frame) -> None:
+        if self.cancel.cancelled:
+            raise KeyboardInterrupt
+        self.cancel.cancel()
+
+    def __enter__(self):
+        try:
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not the main thread (tests): no handler
+            self.previous = None
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.previous is not None:
+            signal.signal(signal.SIGINT, self.previous)

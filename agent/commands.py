@@ -6,44 +6,11 @@ themselves are agent/headless.py.
 
 from __future__ import annotations
 
-import signal
 import sys
-from pathlib import Path
 
-from .config import Config, ConfigError
+from .config import Config, workspace
 
 from .exit_codes import BY_STOP_REASON as EXIT_CODES  # noqa: E402,F401 - for importers
-
-
-def workspace(args) -> Path:
-    root = Path(getattr(args, "repo", None) or Path.cwd())
-    if not root.is_dir():
-        raise ConfigError(f"{root}: not a directory")
-    return root.resolve()
-
-
-class _CancelOnSigint:
-    """The first Ctrl-C sets the cancel token (the turn stops between rounds, caches stay
-    consistent); a second one raises KeyboardInterrupt as usual."""
-
-    def __init__(self, cancel):
-        self.cancel, self.previous = cancel, None
-
-    def _handle(self, signum, frame) -> None:
-        if self.cancel.cancelled:
-            raise KeyboardInterrupt
-        self.cancel.cancel()
-
-    def __enter__(self):
-        try:
-            self.previous = signal.signal(signal.SIGINT, self._handle)
-        except ValueError:  # not the main thread (tests): no handler
-            self.previous = None
-        return self
-
-    def __exit__(self, *exc) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
 
 
 def run_task(task: str, args, cfg: Config, model=None) -> int:

@@ -124,6 +124,14 @@ def _read_toml(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: {e}") from None
 
 
+def workspace(args) -> Path:
+    """The repository a command works in: `-C DIR` or the current folder."""
+    root = Path(getattr(args, "repo", None) or Path.cwd())
+    if not root.is_dir():
+        raise ConfigError(f"{root}: not a directory")
+    return root.resolve()
+
+
 def user_config_path() -> Path:
     base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
     return Path(base) / "spec-agent" / "config.toml"

@@ -148,7 +148,8 @@ def run_headless(task: str | None, args, cfg: Config, model=None,
     new conversation or the one `--continue` / `--resume ID` names; returns the exit code.
     `model` replaces the local engine (tests)."""
     from .cancel import CancelToken
-    from .commands import _CancelOnSigint, workspace
+    from .cancel import CancelOnSigint
+    from .config import workspace
     from .core.history import HistoryStore
     from .runtime import Runtime
     from .ui.stream_json import LineWriter
@@ -170,7 +171,7 @@ def run_headless(task: str | None, args, cfg: Config, model=None,
         if inbox is not None:
             inbox.cancel = cancel
         result = None
-        with _CancelOnSigint(cancel):
+        with CancelOnSigint(cancel):
             for ev in conversation.send(text, cancel):
                 renderer.handle(ev)
                 result = ev

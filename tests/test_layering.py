@@ -17,7 +17,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"core", "engine", "backends", "ui", "eval", "bench"}
-BASE = {"agent", "agent.choices", "agent.events", "agent.cancel"}  # data and signals only
+BASE = {"agent", "agent.choices", "agent.events", "agent.cancel", "agent.exit_codes"}  # data and signals only
 _BELOW_RUNTIME = {"agent.backends", "agent.core", "agent.engine", "agent.models", "agent.store",
                   "agent.config", "tools", *BASE}
 ALLOWED: dict[str, set[str]] = {
@@ -33,9 +33,11 @@ ALLOWED: dict[str, set[str]] = {
     "agent.runtime": set(_BELOW_RUNTIME),
     "agent.eval": {"agent.runtime", *_BELOW_RUNTIME},
     "agent.bench": {"agent.runtime", "agent.ui", *_BELOW_RUNTIME},
-    "agent.commands": {"agent.runtime", "agent.ui", "agent.eval", *_BELOW_RUNTIME},
-    "agent.cli": {"agent.commands", "agent.runtime", "agent.ui", "agent.eval", "agent.bench",
-                  *_BELOW_RUNTIME},
+    "agent.headless": {"agent.runtime", "agent.ui", *_BELOW_RUNTIME},
+    "agent.commands": {"agent.headless", "agent.runtime", "agent.ui", "agent.eval", *_BELOW_RUNTIME},
+    "agent.cli_checks": {"agent.config", *BASE},
+    "agent.cli": {"agent.commands", "agent.headless", "agent.cli_checks", "agent.runtime", "agent.ui",
+                  "agent.eval", "agent.bench", *_BELOW_RUNTIME},
 }
 
 
