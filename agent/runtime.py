@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from tools import ToolContext, git
+from tools.environ import parse_passthrough
 from tools.sandbox import resolve as resolve_sandbox
 
 from .config import Config, ConfigError, check_value
@@ -114,7 +115,8 @@ class Runtime:
         if why:
             self.warn(why)
         self.ctx = ToolContext(self.root, cfg.shell_timeout_s, in_git=self.git.enabled,
-                               sandbox=sandbox, allow_network=cfg.allow_network)
+                               sandbox=sandbox, allow_network=cfg.allow_network,
+                               env_passthrough=parse_passthrough(cfg.shell_env_passthrough))
         self.history, self.approver = history, approver
         self.session: Any = None
         self.model = model

@@ -72,9 +72,7 @@ def acp_line(case: dict) -> dict[str, Any]:
         reader.feed_data(data if isinstance(data, bytes) else data.encode())
         reader.feed_data(b'\n{"jsonrpc": "2.0", "id": 7, "method": "initialize", "params": {}}\n')
         reader.feed_eof()
-        t = Transport.__new__(Transport)
-        t._reader = reader  # what NdjsonTransport's _read_line reads
-        return await t.receive()
+        return await Transport(reader, None).receive()
 
     seen: dict[str, Any] = {}
     try:
@@ -102,7 +100,7 @@ def remote(repo: Path, case: dict) -> dict[str, Any]:
             seen["exit"] = e.code
         except BaseException as e:  # noqa: BLE001
             seen["crash"] = type(e).__name__
-        seen["hung_up"] = srv.disconnected.is_set()
+        seen["hung_up"] = srv.disconnected.wait(3)  # the server sees it when it next writes
     seen["output"] = out.getvalue().decode("utf-8", "replace") + err.getvalue()
     if "Traceback" in seen["output"]:
         seen["crash"] = "traceback printed"

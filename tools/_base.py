@@ -40,6 +40,7 @@ class ToolContext:
     in_git: bool = False
     sandbox: str = "auto"  # auto | off
     allow_network: bool = False  # inside the sandbox
+    env_passthrough: tuple[str, ...] = ()  # names (globs) commands get beyond tools/environ.py's allowlist
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from pathlib import Path
 from . import git
 from ._paths import _is_dotgit, git_dirs
 from .denylist import denylisted
+from .environ import scrubbed
 from .shellparse import SUBST, simple_commands
 
 SANDBOX_EXEC = "/usr/bin/sandbox-exec"  # never from PATH: a repo could shadow it
@@ -57,11 +58,14 @@ def _bwrap() -> str | None:
 _probed: tuple[bool, str] | None = None
 
 
-def child_env() -> dict[str, str]:
-    """The environment for commands we start: ours without the OpenBLAS preload the CLI adds
+def child_env(passthrough: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment for commands we start: ours cut to tools/environ.py's allowlist (no
+    credentials unless `passthrough` names them), without the OpenBLAS preload the CLI adds
     to itself (a multi-threaded library preloaded into bwrap makes it hang at start, and the
     user's commands should not get it either)."""
-    env = dict(os.environ)
+    env = scrubbed(os.environ, passthrough)
+    if "LD_PRELOAD" in os.environ:
+        env["LD_PRELOAD"] = os.environ["LD_PRELOAD"]
     kept = [p for p in env.pop("LD_PRELOAD", "").split(":") if p and "libopenblas" not in p]
     if kept:
         env["LD_PRELOAD"] = ":".join(kept)

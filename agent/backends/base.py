@@ -24,7 +24,14 @@ from ..events import Event
 
 class ModelError(Exception):
     """The backend could not produce a turn (context full, server down, HTTP error); ends
-    the message with this text as its error."""
+    the message with this text as its error. The text never holds a credential of our
+    environment (a server that echoes the Authorization header would otherwise get the API
+    key printed): every such value is redacted here, where each backend error is made."""
+
+    def __init__(self, message: object = "", *args: object):
+        from tools.environ import redact
+
+        super().__init__(redact(str(message)), *args)
 
 
 class Backend(Protocol):

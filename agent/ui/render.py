@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import IO, Any
 
+from ..core.shown import shown
 from ..events import (AgentResult, ApprovalRequired, AssistantMessage, Event, GenerationStats,
                      GitAction, PrefillProgress, RunStopped, SpeculationChanged, TextDelta,
                      ToolCallFinished, ToolCallStarted, TurnStats, Warning)
@@ -80,11 +81,11 @@ class Renderer:
         if isinstance(ev, AssistantMessage) and ev.text:
             msg = f"assistant: {_short(ev.text, 400)}"
         elif isinstance(ev, ToolCallStarted):
-            msg = f"→ {ev.name} {_short(json.dumps(ev.arguments, ensure_ascii=False), 160)}"
+            msg = f"→ {ev.name} {shown(_short(json.dumps(ev.arguments, ensure_ascii=False), 160))}"
         elif isinstance(ev, ToolCallFinished):
             msg = f"  {'ok' if ev.ok else 'failed'}: {_short(ev.output, 160)}"
         elif isinstance(ev, (ApprovalRequired,)):
-            msg = f"approval required for {ev.name}: {ev.reason}"
+            msg = f"approval required for {ev.name}: {shown(ev.reason, keep_newlines=False)}"
         elif isinstance(ev, GitAction):
             msg = f"git: {ev.message}"
         elif isinstance(ev, Warning):
