@@ -20,6 +20,7 @@ from tools.sandbox import resolve as resolve_sandbox
 
 from .config import Config, ConfigError, check_value
 from .core.git import GitGuard
+from .core.snapshots import UNTRACKED_FILE_MAX
 
 
 def sampling_params(cfg: Config):
@@ -116,7 +117,8 @@ class Runtime:
             self.warn(why)
         self.ctx = ToolContext(self.root, cfg.shell_timeout_s, in_git=self.git.enabled,
                                sandbox=sandbox, allow_network=cfg.allow_network,
-                               env_passthrough=parse_passthrough(cfg.shell_env_passthrough))
+                               env_passthrough=parse_passthrough(cfg.shell_env_passthrough),
+                               keep_unsaved_over=UNTRACKED_FILE_MAX if self.git.enabled else 0)
         self.history, self.approver = history, approver
         self.session: Any = None
         self.model = model

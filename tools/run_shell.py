@@ -19,13 +19,14 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-from . import procs, sandbox
+from . import git, procs, sandbox
 from ._base import ToolContext, ToolResult
 
 SCHEMA = {
@@ -131,8 +132,30 @@ def _start(ctx: ToolContext, command: str) -> _Started | str:
     if info is not None:
         os.set_inheritable(info[1], True)
     argv = sandbox.wrap(argv, ctx.root, ctx.allow_network, git_writable=git_writable,
-                        info_fd=info[1] if info else None)
+                        info_fd=info[1] if info else None, read_only=unsaved_files(ctx))
     return argv, env, info, watch
+
+
+MAX_KEPT = 256  # unsaved files kept read-only per command (a bind mount each)
+
+
+def unsaved_files(ctx: ToolContext) -> tuple[Path, ...]:
+    """The untracked files over `ctx.keep_unsaved_over` bytes: no snapshot holds them, so a
+    sandboxed command may not change or delete them (the first MAX_KEPT)."""
+    if not ctx.keep_unsaved_over or not ctx.in_git:
+        return ()
+    out = git.run(ctx.root, "ls-files", "-z", "--others", "--exclude-standard", check=False).stdout
+    kept = []
+    for rel in (p for p in out.split("\0") if p):
+        try:
+            st = os.lstat(ctx.root / rel)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_size > ctx.keep_unsaved_over:
+            kept.append(ctx.root / rel)
+            if len(kept) >= MAX_KEPT:
+                break
+    return tuple(kept)
 
 
 def run_shell(ctx: ToolContext, command: str, timeout_s: float | None = None) -> ToolResult:

@@ -120,13 +120,15 @@ def _probe() -> tuple[tuple[bool, str], bool]:
 
 
 def wrap(argv: list[str], root: Path, allow_network: bool = False, git_writable: bool = False,
-         exe: str | None = None, info_fd: int | None = None) -> list[str]:
+         exe: str | None = None, info_fd: int | None = None,
+         read_only: tuple[Path, ...] = ()) -> list[str]:
     """`argv` run in the sandbox with `root` writable (its git folder not, unless
-    `git_writable`: then all of it but the parts that name code git runs) and the network
-    cut unless `allow_network`. `info_fd` (bwrap): a descriptor bwrap writes the sandbox's
-    first process id to, as JSON ("child-pid"), for `process_count`."""
+    `git_writable`: then all of it but the parts that name code git runs; nor the files
+    `read_only` names) and the network cut unless `allow_network`. `info_fd` (bwrap): a
+    descriptor bwrap writes the sandbox's first process id to, as JSON ("child-pid"), for
+    `process_count`."""
     root = Path(os.path.realpath(root))
-    protected = _protected(root, git_writable)
+    protected = _protected(root, git_writable) + [Path(os.path.realpath(p)) for p in read_only]
     if sys.platform == "darwin":
         return _seatbelt(argv, root, protected, allow_network)
     exe = exe or _bwrap() or "bwrap"
