@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 
 from . import git
-from ._paths import _is_dotgit, git_dirs
+from ._paths import _is_dotgit, git_dirs, nested_git_dirs
 from .denylist import denylisted
 from .environ import scrubbed
 from .shellparse import SUBST, simple_commands
@@ -150,6 +150,7 @@ def _protected(root: Path, git_writable: bool = False) -> list[Path]:
     dirs = [Path(os.path.realpath(d)) for d in git_dirs(root)]
     dot = root / ".git"
     pointer = [dot] if dot.is_file() and not dot.is_symlink() and dot not in dirs else []
+    pointer += nested_git_dirs(root)  # read-only as the top one, for every command
     if not git_writable:
         return pointer + dirs
     paths = []
