@@ -62,14 +62,17 @@ def clean_value(obj: Any) -> Any:
     return obj
 
 
-def loads(data: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
+def loads(data: str | bytes, max_depth: int = MAX_DEPTH, clean: bool = True) -> Any:
     """`json.loads(data)` with nesting limited to `max_depth` (json.JSONDecodeError beyond)
-    and lone surrogates replaced. Bytes must be UTF-8 (UnicodeDecodeError otherwise; both
-    are ValueError)."""
+    and lone surrogates replaced unless not `clean` (our own conversation files keep the
+    text exactly as it was written). Bytes must be UTF-8 (UnicodeDecodeError otherwise;
+    both are ValueError)."""
     text = data.decode("utf-8") if isinstance(data, (bytes, bytearray)) else data
     check_depth(text, max_depth)
     obj = json.loads(text)
-    return clean_value(obj) if _SURROGATE_ESCAPE.search(text) or _SURROGATE.search(text) else obj
+    if clean and (_SURROGATE_ESCAPE.search(text) or _SURROGATE.search(text)):
+        return clean_value(obj)
+    return obj
 
 
 def loads_toml(text: str) -> dict[str, Any]:

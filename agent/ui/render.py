@@ -106,7 +106,7 @@ class Renderer:
             self.out.write(ev.result.rstrip() + "\n")
             self.out.flush()
         if ev.is_error:
-            self.err.write(f"spec-agent: error: {ev.error}\n")
+            self.err.write(f"spec-agent: error: {shown(ev.error, keep_newlines=False)}\n")
         if self.stats:
             u = ev.usage
             self.err.write(
