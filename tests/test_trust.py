@@ -169,3 +169,33 @@ def test_grep_worker_dies_when_its_parent_is_killed(tmp_path):
     for p in left:
         os.kill(int(p), 9)
     assert not left, f"grep worker(s) {left} outlived their parent"
+
+
+@pytest.mark.parametrize("command, timeout_s", [("setsid sleep 317 & echo started", 20),
+                                                ("setsid sleep 317 & sleep 30", 1)])
+def test_unsandboxed_command_leaves_nothing_behind(tmp_path, command, timeout_s):
+    """What a command started in the background, even in a session of its own, dies when the
+    command ends or times out."""
+    from tools import ToolContext, call_tool
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the subreaper is Linux's")
+    marker = f"{command} # {os.getpid()}-{timeout_s}"
+    call_tool("run_shell", {"command": marker, "timeout_s": timeout_s}, ToolContext(tmp_path, sandbox="off"))
+    deadline = time.monotonic() + 3
+    while time.monotonic() < deadline and _running("sleep 317"):
+        time.sleep(0.05)
+    assert not _running("sleep 317")
+
+
+def _running(text: str) -> list[int]:
+    out = []
+    for pid in (p for p in os.listdir("/proc") if p.isdigit()):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if text in cmd and "pytest" not in cmd:
+            out.append(int(pid))
+    return out

@@ -103,9 +103,21 @@ def _wait(proc: subprocess.Popen, timeout: float, census: _Census) -> str:
         why = ("timeout" if time.monotonic() >= deadline else
                "processes" if n is not None and n >= sandbox.MAX_PROCESSES else "")
         if why:
-            procs.kill_group(proc)
-            proc.wait()
+            _stop(proc)
             return why
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Kill the command: under tools/reaper.py, SIGTERM first (the reaper then kills every
+    process below it, those that left its group too), then the whole group."""
+    if isinstance(proc.args, list) and str(REAPER) in proc.args:
+        proc.terminate()
+        try:
+            proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+    procs.kill_group(proc)
+    proc.wait()
 
 
 _Started = tuple[list[str], dict[str, str], "tuple[int, int] | None", "list[Path] | None"]
