@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from .choices import CHOICES, RANGES
+from .safe_input import loads_toml
 
 
 class ConfigError(Exception):
@@ -72,6 +73,9 @@ class Config:
     tool_format: str = "auto"  # auto (the model's own where it has one) | native | text
     edit_format: str = "whole"  # whole (reply with the whole new file) | tool (edit_file/write_file)
     attach_mentioned: bool = True  # files a message names are attached to it
+    # environment variables shell commands get beyond the allowlist (tools/environ.py), e.g.
+    # "MY_TOOL_TOKEN, NPM_*"; credentials (*_KEY, *_TOKEN, *_SECRET, ...) only when named here
+    shell_env_passthrough: str = ""
 
 
 
@@ -81,7 +85,8 @@ class Config:
 # Nor may it send the code (and the user's API key) to a server of its choosing, or make
 # the snapshots that undo relies on expire early (a .specrc the agent itself wrote, too).
 REPO_FORBIDDEN = ("approval_mode", "dirty_files", "shell_timeout_s", "sandbox", "allow_network",
-                  "engine", "base_url", "snapshot_max_count", "snapshot_max_age_days")
+                  "engine", "base_url", "snapshot_max_count", "snapshot_max_age_days",
+                  "shell_env_passthrough")
 
 # key: (test, what the value must be)
 
@@ -119,7 +124,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
     import tomllib
 
     try:
-        return tomllib.loads(path.read_text())
+        return loads_toml(path.read_text())
     except (tomllib.TOMLDecodeError, OSError, UnicodeDecodeError) as e:
         raise ConfigError(f"{path}: {e}") from None
 

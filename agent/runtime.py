@@ -15,11 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
 from tools import ToolContext, git
+from tools.environ import parse_passthrough
 from tools.sandbox import resolve as resolve_sandbox
 
 from . import store
 from .config import Config, ConfigError, check_value
 from .core.git import GitGuard
+from .core.snapshots import UNTRACKED_FILE_MAX
 
 if TYPE_CHECKING:
     from .core.conversation import Conversation
@@ -131,7 +133,9 @@ class Runtime:
         if why:
             self.warn(why)
         self.ctx = ToolContext(self.root, cfg.shell_timeout_s, in_git=self.git.enabled,
-                               sandbox=sandbox, allow_network=cfg.allow_network)
+                               sandbox=sandbox, allow_network=cfg.allow_network,
+                               env_passthrough=parse_passthrough(cfg.shell_env_passthrough),
+                               keep_unsaved_over=UNTRACKED_FILE_MAX if self.git.enabled else 0)
         self.history, self.approver = history, approver
         self.session: Session | None = None
         self.model = model

@@ -253,7 +253,7 @@ def test_malformed_messages_get_errors_and_serving_goes_on(tmp_path, repo):
         argv = scripted(tmp_path, ["Still here."])
         async with serve(client, argv, repo, tmp_path / "home", [observe]) as (conn, proc, _e):
             sid = await start(conn, repo)
-            for line in (b"{this is not json\n", b"[1, 2, 3]\n", b"\xff\xfe\n",
+            for line in (b"{this is not json\n", b"[1, 2, 3]\n", b"\xff\xfe\n", b"[" * 200000 + b"\n",
                          b'{"jsonrpc": "2.0", "id": 901, "method": "session/prompt", "params": {"sessionId": 5}}\n',
                          b'{"jsonrpc": "2.0", "id": 902, "method": "no/such_method", "params": {}}\n',
                          (b'{"jsonrpc": "2.0", "id": 903, "method": "session/prompt", '
@@ -269,7 +269,7 @@ def test_malformed_messages_get_errors_and_serving_goes_on(tmp_path, repo):
     assert response.stop_reason == "end_turn" and client.text() == "Still here."
     by_id = {e["id"]: e["error"]["code"] for e in errors if e["id"] is not None}
     assert {k: v for k, v in by_id.items() if k >= 900} == {901: -32602, 902: -32601, 903: -32602}
-    assert sorted(e["error"]["code"] for e in errors if e["id"] is None) == [-32700, -32700, -32600]
+    assert sorted(e["error"]["code"] for e in errors if e["id"] is None) == [-32700, -32700, -32700, -32600]
 
 
 # ---- resumable sessions ------------------------------------------------------------------------

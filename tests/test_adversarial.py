@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import adversarial_actions
 from scripted import SAMPLE, ScriptedModel, call, conversation, full_auto, git, make_repo
 
 from agent.cli import main
@@ -57,6 +58,8 @@ class World:
         (self.repo / "calc.py").write_text(SAMPLE["calc.py"] + "# uncommitted user work\n")
         monkeypatch.setenv("HOME", str(self.home))
         monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp / "config"))
+        monkeypatch.setenv("SPEC_AGENT_HOME", str(tmp / "agent-home"))
+        self.tmp = tmp
         self.env = {**os.environ, "ADV_OUT": str(self.out), "ADV_HOME": str(self.home),
                     "ADV_PY": sys.executable, "PYTHONPATH": str(Path(__file__).parents[1])}
 
@@ -85,7 +88,11 @@ class World:
             rel = p.relative_to(self.repo).as_posix()
             if not rel.startswith(".git/") and rel != ".git" and (p.is_file() or p.is_symlink()):
                 files[rel] = str(os.readlink(p)) if p.is_symlink() else p.read_bytes()
-        return files, git(self.repo, "diff", "--cached"), git(self.repo, "rev-parse", "HEAD")
+        modes = {rel: oct(os.lstat(self.repo / rel).st_mode) for rel in files}
+        head = subprocess.run(["git", "symbolic-ref", "-q", "HEAD"], cwd=self.repo, capture_output=True,
+                              text=True).stdout  # '' when detached
+        return (files, modes, git(self.repo, "diff", "--cached"), git(self.repo, "rev-parse", "HEAD"),
+                head)
 
 
 def act(world: World, case: dict) -> dict[str, Any]:
@@ -110,6 +117,18 @@ def act(world: World, case: dict) -> dict[str, Any]:
             seen["config_error"] = False
         except ConfigError:
             seen["config_error"] = True
+        except BaseException as e:  # noqa: BLE001 - what a case looks for
+            seen["crash"] = type(e).__name__
+    elif action == "history":
+        seen = adversarial_actions.history(world.repo, case)
+    elif action == "acp_line":
+        seen = adversarial_actions.acp_line(case)
+    elif action == "remote":
+        seen = adversarial_actions.remote(world.repo, case)
+    elif action == "approval":
+        seen = adversarial_actions.approval(world.repo, case)
+    elif action == "orphans":
+        seen = adversarial_actions.orphans(world.repo, case, world.tmp)
     elif action == "prompt":
         seen["prompt"] = system_prompt(world.repo)
     return seen
@@ -117,11 +136,17 @@ def act(world: World, case: dict) -> dict[str, Any]:
 
 def check(world: World, case: dict, seen: dict, before: dict, state: tuple, elapsed: float) -> None:
     expect = case["expect"]
-    for key in ("asked", "ok", "exit", "config_error"):
+    assert "crash" not in seen, f"crashed: {seen.get('crash')}; output: {seen.get('output', '')[-300:]}"
+    for key in ("asked", "ok", "exit", "config_error", "clean_error", "answered", "shown_clean",
+                "orphans", "hung_up"):
         if key in expect:
             assert seen.get(key) == expect[key], f"{key}: {seen.get(key)!r}, output: {seen.get('output', '')[:300]}"
     if "output_has" in expect:
         assert expect["output_has"] in seen["output"], seen["output"][:300]
+    for text in expect.get("output_lacks", []):
+        assert text not in seen["output"], seen["output"][:300]
+    if "exit_nonzero" in expect:
+        assert seen["exit"] not in (0, None), seen.get("output", "")[-300:]
     for spec in expect.get("unchanged", []):
         assert world.read(spec) == before[spec], f"{spec} changed"
     for spec in expect.get("absent", []):
@@ -157,6 +182,8 @@ def run_case(case: dict, tmp_path: Path, monkeypatch) -> None:
     import tools.grep
 
     case = _unique(case, str(os.getpid()))
+    for name, value in case.get("environ", {}).items():
+        monkeypatch.setenv(name, value)
     monkeypatch.setattr(tools.grep, "TIME_LIMIT_S", 2.0)  # the limit kept, sooner (fast tests)
     world = World(tmp_path, monkeypatch)
     world.setup(case.get("setup", ""))

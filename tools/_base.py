@@ -40,6 +40,10 @@ class ToolContext:
     in_git: bool = False
     sandbox: str = "auto"  # auto | off
     allow_network: bool = False  # inside the sandbox
+    env_passthrough: tuple[str, ...] = ()  # names (globs) commands get beyond tools/environ.py's allowlist
+    # untracked files over this many bytes (the snapshot size cap: no undo could bring them
+    # back) stay read-only to sandboxed commands; 0 = none
+    keep_unsaved_over: int = 0
 
 
 @dataclass(frozen=True)

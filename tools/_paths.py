@@ -95,3 +95,25 @@ def _within(full: Path, folder: Path) -> bool:
 def relative(root: Path, full: Path) -> str:
     """`full` as a repo-relative POSIX path."""
     return full.relative_to(root.resolve()).as_posix()
+
+
+NESTED_WALK_BUDGET = 20000  # folders looked at when finding nested git folders
+_NOT_WALKED = frozenset({"node_modules", ".venv", "venv", "__pycache__", ".tox", ".mypy_cache",
+                         ".pytest_cache", "target", ".gradle"})
+
+
+def nested_git_dirs(root: Path) -> list[Path]:
+    """`.git` folders and files below `root` (vendored clones, submodules, repositories a
+    command `git init`ed), not the top one; the walk looks at NESTED_WALK_BUDGET folders at
+    most and skips package and cache folders."""
+    out, seen = [], 0
+    for dirpath, dirnames, filenames in os.walk(root):
+        seen += 1
+        if seen > NESTED_WALK_BUDGET:
+            break
+        here = Path(dirpath)
+        if here != root and (".git" in dirnames or ".git" in filenames):
+            out.append(here / ".git")
+        dirnames[:] = [d for d in dirnames if d != ".git" and d not in _NOT_WALKED
+                       and not os.path.islink(os.path.join(dirpath, d))]
+    return out

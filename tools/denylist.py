@@ -15,6 +15,7 @@ policy (agent/core/approvals.py) asks it.
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 from pathlib import Path
@@ -202,11 +203,38 @@ def _git_why(args: list[str], cwd: Path) -> str:
     return ""
 
 
+def _braces(word: str, limit: int = 64) -> list[str]:
+    """`word` with its brace lists expanded as the shell does (`.{g,}it` → `.git`, `.it`),
+    at most `limit` words."""
+    m = re.search(r"\{([^{}]*,[^{}]*)\}", word)
+    if not m:
+        return [word]
+    out: list[str] = []
+    for part in m.group(1).split(","):
+        out += _braces(word[:m.start()] + part + word[m.end():], limit)
+        if len(out) >= limit:
+            break
+    return out[:limit]
+
+
+def _may_be_dotgit(word: str) -> bool:
+    """Whether `word` (brace lists and globs as the shell expands them) may name a `.git`
+    folder or something in one."""
+    for w in _braces(word):
+        for part in w.split("/"):
+            if part.casefold() == ".git" or (set(part) & set("*?[") and part not in ("*", "?*")
+                                             and fnmatch.fnmatch(".git", part)):
+                return True
+    return False
+
+
 def _rm_why(args: list[str], cwd: Path, root: Path) -> str:
     if "--no-preserve-root" in args:
         return "rm --no-preserve-root"
     recursive = _has_flag(args, "r", "--recursive") or _has_flag(args, "R")
     for a in _operands(args):
+        if recursive and _may_be_dotgit(a):
+            return "deletes the git history (.git)"
         full = _target(a, cwd)
         if recursive and full is None:
             return f"recursive delete of {a}, a path known only when the command runs"
@@ -224,7 +252,29 @@ def _matches_all(word: str) -> bool:
     return bool(rest) and set(rest) <= set("*?.") and bool(set(rest) & set("*?"))
 
 
+def _other_writes(name: str, args: list[str]) -> list[str] | None:
+    """The files written by the writers whose targets are not plain operands: `sed -i`
+    (the files after the script), `dd of=`, `tar -C DIR` when extracting; None for others."""
+    if name == "sed" and (_has_flag(args, "i") or any(a.startswith("--in-place") for a in args)):
+        ops = _operands([a for a in args if not a.startswith("-i")])
+        scripted = _has_flag(args, "e", "--expression") or _has_flag(args, "f", "--file")
+        return ops if scripted else ops[1:]
+    if name == "dd":
+        return [a[3:] for a in args if a.startswith("of=")]
+    if name in ("tar", "bsdtar", "unzip"):
+        flag = "-d" if name == "unzip" else "-C"
+        out = [args[i + 1] for i, a in enumerate(args[:-1]) if a == flag]
+        return out + [a.split("=", 1)[1] for a in args if a.startswith("--directory=")]
+    return None
+
+
 def _writes_outside(name: str, args: list[str], cwd: Path, root: Path) -> str:
+    other = _other_writes(name, args)
+    if other is not None:
+        for t in other:
+            if _outside(t, cwd, root) or _target(t, cwd) is None:
+                return f"writes outside the repo ({t})"
+        return ""
     how = _WRITERS.get(name)
     if how is None:
         return ""
@@ -322,6 +372,8 @@ def _find_why(args: list[str], cwd: Path, root: Path) -> str:
     for start in starts:
         if _outside(start, cwd, root):
             return f"deletes outside the repo ({start})"
+        if _may_be_dotgit(start):
+            return "find -delete in the git history (.git)"
     names = {"-name", "-iname", "-path", "-ipath", "-wholename", "-iwholename", "-regex", "-iregex",
              "-newer", "-mtime", "-mmin", "-size", "-empty", "-lname", "-samefile", "-inum"}
     if not names & set(args) and any(_target(s, cwd) in (None, root) for s in starts):
@@ -369,7 +421,8 @@ def denylisted(command: str, root: Path | None = None, cwd: Path | None = None) 
             return why
     for argv in commands:
         if argv[0] in ("cd", "pushd"):  # later relative paths are relative to the new folder
-            dest = _target(argv[1], cwd) if len(argv) > 1 else _home()
+            dirs = [a for a in argv[1:] if not re.fullmatch(r"-[LPe@]+|--", a)]
+            dest = _target(dirs[0], cwd) if dirs else _home()
             cwd = dest if dest is not None else Path("/")  # unknown: assume the worst
             continue
         why = _command_why(argv, cwd, root)

@@ -15,7 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from . import procs
 from ._base import ToolContext, ToolResult, cap
+from .environ import scrubbed
 from ._paths import PathError
 from .list_files import select
 from .read_file import MAX_FILE_BYTES, open_regular, read_text
@@ -73,10 +75,10 @@ def _run_child(job: dict) -> tuple[dict | None, str]:
     """(result, '') or (None, error text)."""
     where = str(Path(__file__).resolve().parents[1])
     try:
-        r = subprocess.run(
+        r = procs.run(  # on timeout its group is killed; it dies with us too (tools/procs.py)
             [sys.executable, "-I", "-S", "-c", _CHILD.format(where=where)], input=json.dumps(job),
-            capture_output=True, check=False, text=True, timeout=TIME_LIMIT_S,
-        )  # on timeout, run() kills the child and waits for it
+            text=True, timeout=TIME_LIMIT_S, env=scrubbed(),
+        )
     except subprocess.TimeoutExpired:
         return None, (f"the search took over {TIME_LIMIT_S:g}s and was stopped; the pattern probably "
                       "backtracks (nested quantifiers like (a+)+ or (.*)*): simplify it, or narrow "

@@ -8,7 +8,10 @@ run bare. The approval policy (agent/core/approvals.py) decides whether a comman
 module only runs it. Output (stdout and stderr together) is read as it comes, so a command
 that prints without end cannot exhaust memory; on timeout, or when the sandbox holds
 sandbox.MAX_PROCESSES processes (counted every _TICK_S), the process group is killed (and
-with it the whole sandbox).
+with it the whole sandbox); when the command ends, what it left in its group is killed too.
+Commands get a scrubbed environment (tools/environ.py: no credentials unless the user passes
+them). Every command dies with the agent (tools/procs.py; unsandboxed ones on Linux run under
+tools/reaper.py, so their own children do too).
 """
 
 from __future__ import annotations
@@ -16,14 +19,14 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
+import stat
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
 
-from . import sandbox
+from . import git, procs, sandbox
 from ._base import ToolContext, ToolResult
 
 SCHEMA = {
@@ -35,6 +38,7 @@ SCHEMA = {
     "required": ["command"],
     "additionalProperties": False,
 }
+REAPER = Path(__file__).with_name("reaper.py")
 _TICK_S = 0.05  # how often a running sandbox's processes are counted
 DESCRIPTION = ("Run a shell command in the repo root (sandboxed: only the repo is writable, .git is "
                "read-only, no network unless allowed); returns exit code and output.")
@@ -55,13 +59,6 @@ class CappedReader(threading.Thread):
             room = self.limit - len(self.kept)
             if room > 0:
                 self.kept += chunk[:room]
-
-
-def _kill(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        proc.kill()
 
 
 class _Census:
@@ -106,9 +103,21 @@ def _wait(proc: subprocess.Popen, timeout: float, census: _Census) -> str:
         why = ("timeout" if time.monotonic() >= deadline else
                "processes" if n is not None and n >= sandbox.MAX_PROCESSES else "")
         if why:
-            _kill(proc)
-            proc.wait()
+            _stop(proc)
             return why
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Kill the command: under tools/reaper.py, SIGTERM first (the reaper then kills every
+    process below it, those that left its group too), then the whole group."""
+    if isinstance(proc.args, list) and str(REAPER) in proc.args:
+        proc.terminate()
+        try:
+            proc.wait(timeout=1.0)
+        except subprocess.TimeoutExpired:
+            pass
+    procs.kill_group(proc)
+    proc.wait()
 
 
 _Started = tuple[list[str], dict[str, str], "tuple[int, int] | None", "list[Path] | None"]
@@ -118,8 +127,10 @@ def _start(ctx: ToolContext, command: str) -> _Started | str:
     """(argv, environment, bwrap's info pipe (read end, write end) or None, and when the git
     folder is writable the paths in it to watch (sandbox.missing_git_code), else None), or
     why the command cannot run."""
-    argv, env = ["/bin/sh", "-c", command], sandbox.child_env()
+    argv, env = ["/bin/sh", "-c", command], sandbox.child_env(ctx.env_passthrough)
     if ctx.sandbox == "off":
+        if sys.platform.startswith("linux"):  # what it leaves behind dies with it, and with us
+            argv = [sys.executable, "-I", "-S", str(REAPER), str(os.getpid()), *argv]
         return argv, env, None, None
     ok, why = sandbox.available()
     if not ok:
@@ -133,8 +144,30 @@ def _start(ctx: ToolContext, command: str) -> _Started | str:
     if info is not None:
         os.set_inheritable(info[1], True)
     argv = sandbox.wrap(argv, ctx.root, ctx.allow_network, git_writable=git_writable,
-                        info_fd=info[1] if info else None)
+                        info_fd=info[1] if info else None, read_only=unsaved_files(ctx))
     return argv, env, info, watch
+
+
+MAX_KEPT = 256  # unsaved files kept read-only per command (a bind mount each)
+
+
+def unsaved_files(ctx: ToolContext) -> tuple[Path, ...]:
+    """The untracked files over `ctx.keep_unsaved_over` bytes: no snapshot holds them, so a
+    sandboxed command may not change or delete them (the first MAX_KEPT)."""
+    if not ctx.keep_unsaved_over or not ctx.in_git:
+        return ()
+    out = git.run(ctx.root, "ls-files", "-z", "--others", "--exclude-standard", check=False).stdout
+    kept = []
+    for rel in (p for p in out.split("\0") if p):
+        try:
+            st = os.lstat(ctx.root / rel)
+        except OSError:
+            continue
+        if stat.S_ISREG(st.st_mode) and st.st_size > ctx.keep_unsaved_over:
+            kept.append(ctx.root / rel)
+            if len(kept) >= MAX_KEPT:
+                break
+    return tuple(kept)
 
 
 def run_shell(ctx: ToolContext, command: str, timeout_s: float | None = None) -> ToolResult:
@@ -146,10 +179,9 @@ def run_shell(ctx: ToolContext, command: str, timeout_s: float | None = None) ->
         return ToolResult.error(started)
     argv, env, info, watch = started
     try:
-        proc = subprocess.Popen(
+        proc = procs.popen(  # its own process group, dying with us (tools/procs.py)
             argv, cwd=ctx.root, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT, start_new_session=True, env=env,
-            pass_fds=(info[1],) if info else (),
+            stderr=subprocess.STDOUT, env=env, pass_fds=(info[1],) if info else (),
         )
     except OSError as e:
         if info:
@@ -165,6 +197,7 @@ def run_shell(ctx: ToolContext, command: str, timeout_s: float | None = None) ->
         killed = _wait(proc, timeout, census)
     finally:
         census.close()
+        procs.reaped(proc)  # what it left running in its group dies with the call
     reader.join(timeout=5)
     text = reader.kept.decode("utf-8", errors="replace")
     if reader.total > len(reader.kept):

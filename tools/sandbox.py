@@ -32,8 +32,9 @@ import tempfile
 from pathlib import Path
 
 from . import git
-from ._paths import _is_dotgit, git_dirs
+from ._paths import _is_dotgit, git_dirs, nested_git_dirs
 from .denylist import denylisted
+from .environ import scrubbed
 from .shellparse import SUBST, simple_commands
 
 SANDBOX_EXEC = "/usr/bin/sandbox-exec"  # never from PATH: a repo could shadow it
@@ -57,11 +58,14 @@ def _bwrap() -> str | None:
 _probed: tuple[bool, str] | None = None
 
 
-def child_env() -> dict[str, str]:
-    """The environment for commands we start: ours without the OpenBLAS preload the CLI adds
+def child_env(passthrough: tuple[str, ...] = ()) -> dict[str, str]:
+    """The environment for commands we start: ours cut to tools/environ.py's allowlist (no
+    credentials unless `passthrough` names them), without the OpenBLAS preload the CLI adds
     to itself (a multi-threaded library preloaded into bwrap makes it hang at start, and the
     user's commands should not get it either)."""
-    env = dict(os.environ)
+    env = scrubbed(os.environ, passthrough)
+    if "LD_PRELOAD" in os.environ:
+        env["LD_PRELOAD"] = os.environ["LD_PRELOAD"]
     kept = [p for p in env.pop("LD_PRELOAD", "").split(":") if p and "libopenblas" not in p]
     if kept:
         env["LD_PRELOAD"] = ":".join(kept)
@@ -116,13 +120,15 @@ def _probe() -> tuple[tuple[bool, str], bool]:
 
 
 def wrap(argv: list[str], root: Path, allow_network: bool = False, git_writable: bool = False,
-         exe: str | None = None, info_fd: int | None = None) -> list[str]:
+         exe: str | None = None, info_fd: int | None = None,
+         read_only: tuple[Path, ...] = ()) -> list[str]:
     """`argv` run in the sandbox with `root` writable (its git folder not, unless
-    `git_writable`: then all of it but the parts that name code git runs) and the network
-    cut unless `allow_network`. `info_fd` (bwrap): a descriptor bwrap writes the sandbox's
-    first process id to, as JSON ("child-pid"), for `process_count`."""
+    `git_writable`: then all of it but the parts that name code git runs; nor the files
+    `read_only` names) and the network cut unless `allow_network`. `info_fd` (bwrap): a
+    descriptor bwrap writes the sandbox's first process id to, as JSON ("child-pid"), for
+    `process_count`."""
     root = Path(os.path.realpath(root))
-    protected = _protected(root, git_writable)
+    protected = _protected(root, git_writable) + [Path(os.path.realpath(p)) for p in read_only]
     if sys.platform == "darwin":
         return _seatbelt(argv, root, protected, allow_network)
     exe = exe or _bwrap() or "bwrap"
@@ -144,6 +150,7 @@ def _protected(root: Path, git_writable: bool = False) -> list[Path]:
     dirs = [Path(os.path.realpath(d)) for d in git_dirs(root)]
     dot = root / ".git"
     pointer = [dot] if dot.is_file() and not dot.is_symlink() and dot not in dirs else []
+    pointer += nested_git_dirs(root)  # read-only as the top one, for every command
     if not git_writable:
         return pointer + dirs
     paths = []

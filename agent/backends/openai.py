@@ -35,9 +35,9 @@ import httpx
 
 from ..cancel import CancelToken
 from ..core.callformat import CLOSE, OPEN, is_first_turn
-from ..events import Event, TextDelta
+from ..events import Event, TextDelta, Warning
 from .base import ModelError, tool_specs, wire_messages
-from .openai_stream import StreamState, one_line
+from .openai_stream import StreamLimits, StreamState, one_line
 
 API_KEY_VARS = ("SPEC_AGENT_API_KEY", "OPENAI_API_KEY")
 MAX_RETRY_AFTER_S = 60.0  # a longer Retry-After is cut to this
@@ -118,6 +118,7 @@ class OpenAIBackend:
         timeout = httpx.Timeout(opts.read_timeout_s, connect=opts.connect_timeout_s)
         self.client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
         self.requests: list[dict[str, Any]] = []  # bodies sent (the last few), for inspection
+        self.last_cut = ""  # why the last stream was cut by a client-side limit ('' if not)
 
     @property
     def label(self) -> str:
@@ -259,10 +260,13 @@ class OpenAIBackend:
             return
         if wrap:
             yield TextDelta(OPEN, ())
+        self.last_cut = ""
         try:
             cancelled = yield from self._read(resp, state, cancel)
         finally:
             _shut(resp)
+        if self.last_cut:
+            yield Warning(self.last_cut)
         if wrap and not cancelled:
             yield TextDelta(CLOSE, ())
         for text in state.call_texts() if not cancelled else []:
@@ -271,7 +275,8 @@ class OpenAIBackend:
 
     def _read(self, resp: httpx.Response, state: StreamState, cancel: CancelToken) -> Iterator[Event]:
         """Stream the events of `resp`; returns True when `cancel` stopped it."""
-        items: queue.Queue = queue.Queue()
+        items: queue.Queue = queue.Queue(maxsize=256)  # the reader waits when we fall behind
+        limits = StreamLimits.for_tokens(self.opts.max_tokens)
         reader = threading.Thread(target=_pump, args=(resp, items), daemon=True)
         reader.start()
         while True:
@@ -287,6 +292,11 @@ class OpenAIBackend:
                 if value.strip() == "[DONE]":
                     return False
                 yield from state.feed(value)
+                over = state.over_limit(limits)
+                if over:  # the server ignores max_tokens: end the turn here, as it should have
+                    self.last_cut = f"{self.host}: the stream passed {over}; hung up"
+                    state.finish = "length"
+                    return False
                 progress = state.progress()
                 if progress is not None:
                     yield progress
@@ -310,11 +320,22 @@ def _pump(resp: httpx.Response, items: queue.Queue) -> None:
 
     try:
         for sse in EventSource(resp).iter_sse():
-            if sse.data:
-                items.put(("data", sse.data))
-        items.put(("end", None))
+            if sse.data and not _put(items, ("data", sse.data), resp):
+                return
+        _put(items, ("end", None), resp)
     except Exception as e:  # noqa: BLE001 - a thread boundary: every failure goes to the turn
-        items.put(("error", e))
+        _put(items, ("error", e), resp)
+
+
+def _put(items: queue.Queue, item: tuple, resp: httpx.Response) -> bool:
+    """Put `item` once there is room; False when the turn hung up meanwhile."""
+    while True:
+        try:
+            items.put(item, timeout=POLL_S)
+            return True
+        except queue.Full:
+            if resp.is_closed:
+                return False
 
 
 def _shut(resp: httpx.Response) -> None:

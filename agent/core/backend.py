@@ -8,13 +8,20 @@ from __future__ import annotations
 
 from typing import Iterator, Protocol
 
+from tools.environ import redact
+
 from ..cancel import CancelToken
 from ..events import Event
 
 
 class ModelError(Exception):
     """The backend could not produce a turn (context full, server down, HTTP error); ends
-    the message with this text as its error."""
+    the message with this text as its error. The text never holds a credential of our
+    environment (a server that echoes the Authorization header would otherwise get the API
+    key printed): every such value is redacted here, where each backend error is made."""
+
+    def __init__(self, message: object = "", *args: object):
+        super().__init__(redact(str(message)), *args)
 
 
 class Backend(Protocol):

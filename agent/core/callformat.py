@@ -17,6 +17,8 @@ from typing import Any
 
 from tools import ToolResult, validate
 
+from ..safe_input import check_depth, clean_value, loads
+
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 _CALL = re.compile(re.escape(OPEN) + r"(.*?)(?:" + re.escape(CLOSE) + r"|\Z)", re.DOTALL)
 _FENCE = re.compile(r"\A```(?:json)?\s*\n(.*?)\n?```\Z", re.DOTALL)
@@ -32,7 +34,7 @@ def _bare_call(text: str) -> str | None:
     if not (body.startswith("{") and body.endswith("}") and '"name"' in body):
         return None
     try:
-        obj = json.loads(body)
+        obj = loads(body)
     except json.JSONDecodeError:
         return None
     args = obj.get("arguments", obj.get("parameters")) if isinstance(obj, dict) else None
@@ -52,8 +54,9 @@ def decode_call_json(body: str) -> Any:
     start = body.find("{")
     if start < 0:
         return None
+    check_depth(body[start:])
     obj, _ = json.JSONDecoder().raw_decode(body[start:])
-    return obj
+    return clean_value(obj)
 
 
 def _decode_call(body: str) -> ParsedCall:
@@ -68,7 +71,7 @@ def _decode_call(body: str) -> ParsedCall:
     args = obj.get("arguments", obj.get("parameters", {}))
     if isinstance(args, str):  # some models double-encode the arguments
         try:
-            args = json.loads(args)
+            args = loads(args)
         except json.JSONDecodeError:
             pass
     problem = validate(obj["name"], args)

@@ -15,12 +15,13 @@
   (`spec-agent undo` restores snapshots, agent/core/snapshots.py; this is its fallback.)
 The agent's git commands run through tools/git.py (hooks, fsmonitor, filters, pagers and the
 rest of what would run a program off; literal pathspecs: a file named `*.py` is that file
-only), commits with `--no-verify` besides. Outside a git repository every method is a no-op and
+only); commits are made with `commit-tree` (no hooks) and recorded before the branch moves. Outside a git repository every method is a no-op and
 `warning` says so once. Does not push, pull, branch or touch files other than those named.
 """
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,6 +86,28 @@ class GitGuard:
     def record(self, sha: str) -> None:
         """Remember that the agent made commit `sha` (what `is_agent_commit_id` checks)."""
         self._git("update-ref", COMMITS_REF + sha, sha)
+
+    def _commit_recorded(self, rels: list[str], message: str) -> str:
+        """Commit the work tree's `rels` on HEAD as `git commit -- RELS` would (other staged
+        changes stay staged, not committed); '' when that changes nothing. The commit is
+        recorded before HEAD moves to it: killed in between, the agent leaves a recorded
+        commit nothing points to, never a commit on the branch that undo cannot tell is its."""
+        env = {} if self._has_identity() else dict(_FALLBACK_IDENTITY)
+        head = run_git(self.top, "rev-parse", "-q", "--verify", "HEAD", check=False).stdout.strip()
+        with tempfile.TemporaryDirectory(prefix="spec-agent-commit-") as scratch:
+            index = {**env, "GIT_INDEX_FILE": str(Path(scratch) / "index")}
+            run_git(self.top, "read-tree", *([head] if head else ["--empty"]), env=index)
+            run_git(self.top, "add", "-A", "--", *rels, env=index)
+            tree = run_git(self.top, "write-tree", env=index).stdout.strip()
+        if head and tree == self._git("rev-parse", f"{head}^{{tree}}"):
+            return ""
+        parents = ["-p", head] if head else []
+        sha = run_git(self.top, "commit-tree", "--no-gpg-sign", tree, *parents, input=message,
+                      env=env).stdout.strip()
+        self.record(sha)
+        self._git("update-ref", "-m", "commit: " + message.splitlines()[0], "HEAD", sha, head)
+        self._git("add", "-A", "--", *rels)  # the index as `git commit -- RELS` leaves it
+        return sha
 
     def is_agent_commit_id(self, sha: str, accept: tuple[str, ...] = (TRAILER,)) -> bool:
         """`sha` is a commit the agent recorded and git parses one of `accept` among its
@@ -155,10 +178,8 @@ class GitGuard:
                 self._git("stash", "push", "--include-untracked", "-m", f"spec-agent: your changes to {rel}", "--", rel)
                 self.notes.append(f"stashed your uncommitted changes to {rel} (git stash list)")
             else:
-                self._git("add", "--", rel)
-                self._git("commit", "--no-verify", "-q", "-m", f"Save uncommitted changes to {rel} before "
-                          f"spec-agent edits\n\n{SAVED_TRAILER}\n", "--", rel)
-                self.record(self._git("rev-parse", "HEAD"))
+                self._commit_recorded([rel], f"Save uncommitted changes to {rel} before "
+                                      f"spec-agent edits\n\n{SAVED_TRAILER}\n")
                 self.notes.append(f"committed your uncommitted changes to {rel} first")
         except GitCommandError as e:
             return f"could not protect your uncommitted changes to {path}: {e.stderr.strip() or e}; not editing it"
@@ -180,12 +201,9 @@ class GitGuard:
         summary = summary if len(summary) <= 60 else summary[:57] + "..."
         message = f"spec-agent: {summary}\n\nTurn {turn} edited: {', '.join(rels)}\n\n{TRAILER}\n"
         try:
-            self._git("add", "--", *rels)
-            if not self._git("diff", "--cached", "--name-only", "--", *rels).strip():
+            sha = self._commit_recorded(rels, message)
+            if not sha:
                 return ""
-            self._git("commit", "--no-verify", "-q", "-m", message, "--", *rels)
-            sha = self._git("rev-parse", "HEAD")
-            self.record(sha)
         except GitCommandError as e:
             raise GitSafetyError(f"auto-commit failed: {e.stderr.strip() or e}") from None
         return sha[:8]

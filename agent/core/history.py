@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from .. import store
+from ..safe_input import loads
 from .attach import typed_text
 
 VERSION = 1
@@ -66,14 +67,14 @@ def _read(path: Path, conv_id: str) -> tuple[float, list[dict[str, str]], bool]:
     cut = False
     if tail:
         try:
-            json.loads(tail)
+            loads(tail, clean=False)
             lines.append(tail)  # complete, only its newline is missing
         except ValueError:
             cut = True
     objs = []
     for n, line in enumerate(lines, 1):
         try:
-            objs.append(json.loads(line))
+            objs.append(loads(line, clean=False))
         except ValueError:  # UnicodeDecodeError is one too
             raise _Corrupt(f"line {n} is not JSON") from None
     header = objs[0] if objs else None
@@ -207,7 +208,7 @@ def _drop_cut_tail(path: Path) -> None:
                 return
             tail = data[data.rfind(b"\n") + 1:]
             try:
-                json.loads(tail)
+                loads(tail, clean=False)
                 f.write(b"\n")
             except ValueError:
                 f.truncate(len(data) - len(tail))

@@ -15,6 +15,7 @@ from typing import Any
 from tools.denylist import programs
 from tools.edits import plan
 from ..events import ApprovalRequest
+from .shown import shown
 
 
 def edit_preview(root: Path, name: str, arguments: dict[str, Any]) -> str:
@@ -45,9 +46,11 @@ def scope_keys(scope: str) -> list[str]:
 
 
 def describe_scope(scope: str) -> str:
+    """What "always" covers, in words, for an approval to show (control characters escaped)."""
     if scope == "edits":
         return "all file edits"
-    return ", ".join(f"`{k.split(':', 1)[1]}`" for k in scope_keys(scope)) + " commands"
+    return shown(", ".join(f"`{k.split(':', 1)[1]}`" for k in scope_keys(scope)) + " commands",
+                 keep_newlines=False)
 
 
 def approval_request(call_id: str, name: str, kind: str, arguments: dict[str, Any], reason: str,
@@ -58,5 +61,7 @@ def approval_request(call_id: str, name: str, kind: str, arguments: dict[str, An
         preview = f"$ {arguments.get('command', '')}\n(in {root})"
     scope = scope_of(kind, arguments)
     destructive = reason.startswith("destructive")
-    return ApprovalRequest(call_id, name, dict(arguments), reason, kind, preview, scope,
+    # what every UI shows comes from here: control characters escaped (agent/core/shown.py)
+    return ApprovalRequest(call_id, name, dict(arguments), shown(reason, keep_newlines=False), kind,
+                           shown(preview), scope,
                            can_always=bool(scope) and not destructive)

@@ -15,9 +15,13 @@ back byte for byte with their modes, files created since are deleted, the index 
 staged state back. The branch moves back too when only the agent's own recorded commits
 (agent/core/git.py) lie on top of the snapshot's HEAD, or when it was rewound; commits of the
 user's on top make undo refuse. The state just before an undo is itself saved as a snapshot
-(kind "undo"), so `undo <id>` can bring it back. Ignored files are saved when small and not
-inside an ignored folder (`.env` yes, `build/` and `.venv/` no), untracked files when under
-64 MiB; the others are neither saved nor deleted.
+(kind "undo"), so `undo <id>` can bring it back. Ignored files are saved when small, inside
+ignored folders too except those that are rebuilt (`.env` and `secrets/prod.env` yes,
+`build/` and `.venv/` no; agent/core/snapshot_files.py), untracked files when under 64 MiB;
+the others are neither saved nor deleted (the sandbox keeps the large untracked ones
+read-only, and undo names them when they are gone). Permission bits git does not record
+(0600, 0400, ...) are kept in the snapshot's message and restored; a detached HEAD comes
+back detached.
 
 Snapshots are pruned by age and count, except those the live conversation took. Outside a
 git repository the store is disabled. Nothing here asks or renders.
@@ -28,11 +32,12 @@ from __future__ import annotations
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.git import GitCommandError
 
+from . import snapshot_files as extra
 from .git import COMMITS_REF, SAVED_TRAILER, TRAILER, GitGuard, run_git
 
 SNAP_REF = "refs/spec-agent/snapshots/"
@@ -65,6 +70,8 @@ class Snapshot:
     label: str
     conversation: str
     time: float
+    modes: dict[str, int] = field(default_factory=dict)  # permission bits git does not keep
+    unsaved: tuple[str, ...] = ()  # untracked files over the size cap, not in the snapshot
 
     @property
     def id(self) -> str:
@@ -81,6 +88,8 @@ class _State:
     index_tree: str
     head: str
     branch: str
+    modes: dict[str, int] = field(default_factory=dict)
+    unsaved: tuple[str, ...] = ()
 
 
 class SnapshotStore:
@@ -129,25 +138,29 @@ class SnapshotStore:
             index_tree = self._try("rev-parse", f"{head}^{{tree}}") if head else _EMPTY_TREE
         # --ignore-errors: an unreadable file must not stop the rest from being saved.
         run_git(self.top, "add", "-u", "--ignore-errors", "--", ".", env=env, check=False)
-        extra = self._untracked() + self._small_ignored()
-        if extra:
+        untracked, unsaved = self._untracked()
+        added = untracked + self._small_ignored()
+        if added:
             run_git(self.top, "add", "-f", "--ignore-errors", "--pathspec-from-file=-",
-                    "--pathspec-file-nul", env=env, input="\0".join(extra) + "\0", check=False)
+                    "--pathspec-file-nul", env=env, input="\0".join(added) + "\0", check=False)
         tree = self._git("write-tree", env=env)
-        return _State(tree, index_tree, head, self._try("symbolic-ref", "-q", "HEAD"))
+        paths = [p for p in self._git("ls-tree", "-r", "-z", "--name-only", tree).split("\0") if p]
+        return _State(tree, index_tree, head, self._try("symbolic-ref", "-q", "HEAD"),
+                      extra.odd_modes(self.top, paths), tuple(unsaved))
 
-    def _untracked(self) -> list[str]:
+    def _untracked(self) -> tuple[list[str], list[str]]:
         """Untracked files git does not ignore, but none over UNTRACKED_FILE_MAX bytes (a data
-        dump or a build artefact would make every snapshot copy it into .git)."""
+        dump or a build artefact would make every snapshot copy it into .git); and those left
+        out for their size."""
         out = run_git(self.top, "ls-files", "-z", "--others", "--exclude-standard", check=False).stdout
-        files = []
+        files, unsaved = [], []
         for rel in (p for p in out.split("\0") if p):
             try:
-                if (self.top / rel).lstat().st_size <= UNTRACKED_FILE_MAX:
-                    files.append(rel)
+                small = (self.top / rel).lstat().st_size <= UNTRACKED_FILE_MAX
             except OSError:
                 continue
-        return files
+            (files if small else unsaved).append(rel)
+        return files, unsaved[:extra.MAX_UNSAVED]
 
     def _small_ignored(self) -> list[str]:
         """Ignored files outside ignored folders, each at most IGNORED_FILE_MAX bytes (a `.env`,
@@ -155,8 +168,10 @@ class SnapshotStore:
         are left out: they are large and can be rebuilt."""
         out = run_git(self.top, "ls-files", "-z", "--others", "--ignored", "--exclude-standard",
                       "--directory", "--no-empty-directory", check=False).stdout
+        listed = [p for p in out.split("\0") if p]
+        inside = extra.ignored_inside(self.top, [p for p in listed if p.endswith("/")], IGNORED_FILE_MAX)
         files, total = [], 0
-        for rel in (p for p in out.split("\0") if p and not p.endswith("/")):
+        for rel in [p for p in listed if not p.endswith("/")] + inside:
             try:
                 size = (self.top / rel).lstat().st_size
             except OSError:
@@ -195,13 +210,15 @@ class SnapshotStore:
         body = "\n".join(f"{k}: {v}" for k, v in zip(_FIELDS, (
             kind, state.head or "none", state.branch or "detached", state.index_tree,
             conversation or "none")))
+        body += f"\nSpec-Agent-Modes: {extra.encode(state.modes)}"
+        body += f"\nSpec-Agent-Unsaved: {extra.encode(list(state.unsaved))}"
         message = f"spec-agent snapshot: before {label}\n\n{body}\n"
         sha = self._git("commit-tree", "--no-gpg-sign", state.tree, *heads, "-p", index_commit,
                         input=message)
         ref = f"{SNAP_REF}{time.time_ns():020d}"
         self._git("update-ref", ref, sha, "")  # "": the ref must not exist yet
         return Snapshot(ref, sha, state.tree, state.index_tree, state.head, state.branch, kind,
-                        label, conversation, time.time())
+                        label, conversation, time.time(), dict(state.modes), state.unsaved)
 
     # ---- listing and pruning ---------------------------------------------------------------
 
@@ -264,7 +281,7 @@ class SnapshotStore:
             target = self.find(ident) if ident else self._newest_different(now)
             if target is None:
                 return ("nothing to undo: the work tree is as it was before the agent's last "
-                        "action (spec-agent undo --list shows the snapshots)")
+                        "action (spec-agent undo --list shows the snapshots)" + self._lost())
             guard = GitGuard.open(self.top)
             self._check_branch(target, guard)
             saved = self._record(now, f"undo to {target.id}", "", "undo")
@@ -278,6 +295,16 @@ class SnapshotStore:
             raise SnapshotError(f"undo failed: {_why(e)}") from None
         return (f"restored the work tree to snapshot {target.id} (before {target.label}); "
                 f"the state before this undo is snapshot {saved.id} (spec-agent undo {saved.id})")
+
+    def _lost(self) -> str:
+        """A note naming the files the newest snapshot could not hold (over the size cap)
+        that are gone now: undo cannot bring them back ('' when none)."""
+        newest = next((s for s in self.list() if s.kind == "action"), None)
+        gone = [p for p in (newest.unsaved if newest else ()) if not (self.top / p).exists()]
+        if not gone:
+            return ""
+        return (f"; but {len(gone)} file(s) over the snapshot size limit ({UNTRACKED_FILE_MAX >> 20} "
+                f"MiB) were never saved and are gone: {', '.join(gone[:5])}")
 
     def _newest_different(self, now: _State) -> Snapshot | None:
         """The newest not-undone action snapshot whose state differs from `now`; the ones
@@ -316,6 +343,10 @@ class SnapshotStore:
             return
         if target.branch and target.branch != now.branch:
             self._git("symbolic-ref", "HEAD", target.branch)
+        if not target.branch and now.branch:  # it was detached: detach it again
+            self._git("update-ref", "--no-deref", "-m", f"spec-agent undo to snapshot {target.id}",
+                      "HEAD", target.head)
+            return
         ref = target.branch or "HEAD"
         current = self._try("rev-parse", "-q", "--verify", ref)
         if current != target.head:
@@ -338,6 +369,7 @@ class SnapshotStore:
                 env = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
                 self._git("read-tree", target.tree, env=env)
                 self._git("checkout-index", "-f", "-z", "--stdin", env=env, input="\0".join(write) + "\0")
+        extra.restore_modes(self.top, target.modes, now.modes)
         self._git("read-tree", target.index_tree)
         run_git(self.top, "update-index", "-q", "--refresh", check=False)
 
@@ -356,8 +388,8 @@ def undo_text(store: SnapshotStore, ident: str = "") -> str:
 
 
 def _same(snap: Snapshot, state: _State) -> bool:
-    return (snap.tree, snap.index_tree, snap.head, snap.branch) == (
-        state.tree, state.index_tree, state.head, state.branch)
+    return (snap.tree, snap.index_tree, snap.head, snap.branch, snap.modes) == (
+        state.tree, state.index_tree, state.head, state.branch, state.modes)
 
 
 def _remove(top: Path, rel: str) -> None:
@@ -386,7 +418,8 @@ def _parse(record: str) -> Snapshot | None:
         meta.get("Spec-Agent-Kind", "action"),
         message.splitlines()[0].removeprefix("spec-agent snapshot: before ") if message else "",
         "" if meta.get("Spec-Agent-Conversation") == "none" else meta.get("Spec-Agent-Conversation", ""),
-        float(when or 0))
+        float(when or 0), extra.decode(meta.get("Spec-Agent-Modes"), {}),
+        tuple(extra.decode(meta.get("Spec-Agent-Unsaved"), [])))
 
 
 def _why(e: Exception) -> str:

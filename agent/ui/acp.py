@@ -48,6 +48,7 @@ from ..core.attach import typed_text
 from ..core.callformat import RESULT_OPEN, parse_calls, strip_calls
 from ..core.history import HistoryError
 from ..events import AgentResult, ApprovalRequest
+from ..safe_input import loads
 from . import inputs
 from .acp_events import (META_KEY, TOOL_KINDS, Translator, answer_of, figures, permission_call,
                          permission_options, prompt_text, prompt_usage, session_modes, tool_title)
@@ -369,7 +370,7 @@ class _Transport(NdjsonTransport):
             if not line.strip():
                 continue
             try:
-                message = json.loads(line)
+                message = loads(line)
             except ValueError as e:  # UnicodeDecodeError included
                 log.warning("received a line that is not JSON: %s", e)
                 await self.send(_error(RequestError.parse_error({"details": str(e)})))

@@ -26,6 +26,7 @@ from acp.schema import (AllowedOutcome, DeniedOutcome, PermissionOption, Session
 from tools.edits import plan
 
 from ..choices import APPROVAL_MODES as MODES
+from ..core.shown import shown
 from ..events import (AgentResult, ApprovalRequest, AssistantMessage, DecodeProgress, Event,
                       GitAction, TextDelta, ToolCallFinished, ToolCallStarted, TurnStats, Warning)
 from .repl_text import CallFilter
@@ -53,10 +54,11 @@ STOP_REASONS = {"answered": "end_turn", "max_turns": "max_turn_requests", "max_t
 
 
 def tool_title(name: str, arguments: dict[str, Any]) -> str:
+    """One line for the client to show; control characters escaped (agent/core/shown.py)."""
     if name == "run_shell":
-        return f"$ {arguments.get('command', '')}"
+        return shown(f"$ {arguments.get('command', '')}", keep_newlines=False)
     target = arguments.get("path") or arguments.get("pattern") or ""
-    return f"{name} {target}".strip()
+    return shown(f"{name} {target}".strip(), keep_newlines=False)
 
 
 def edit_texts(root: Path, name: str, arguments: dict[str, Any]) -> tuple[str, str | None, str] | None:
@@ -82,9 +84,9 @@ def call_content(root: Path, name: str, arguments: dict[str, Any]) -> list[Any]:
         texts = edit_texts(root, name, arguments)
         if texts is not None:
             path, old, new = texts
-            return [tool_diff_content(path, new, old)]
+            return [tool_diff_content(path, shown(new), None if old is None else shown(old))]
     if name == "run_shell":
-        return [tool_content(text_block(f"$ {arguments.get('command', '')}\n(in {root})"))]
+        return [tool_content(text_block(shown(f"$ {arguments.get('command', '')}\n(in {root})")))]
     return []
 
 

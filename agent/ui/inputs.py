@@ -13,8 +13,6 @@ Nothing here draws or talks to the model.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import time
 from pathlib import Path
@@ -58,12 +56,12 @@ def run_user_command(command: str, root: Path, timeout_s: float = 60.0) -> tuple
     """Run the user's own `!command` in `root`; (exit code, stdout+stderr, the first
     MAX_USER_OUTPUT bytes kept). 124 on timeout: then everything it started in its process
     group is killed too (a background child would otherwise hold the output open)."""
+    from tools import procs
     from tools.run_shell import CappedReader
 
-    try:
-        proc = subprocess.Popen(command, shell=True, cwd=root, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+    try:  # its own process group, dying with us (tools/procs.py)
+        proc = procs.popen(command, shell=True, cwd=root, stdin=subprocess.DEVNULL,
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     except (OSError, ValueError) as e:  # ValueError: a NUL byte in the command
         return 127, f"could not start the command: {e}"
     reader = CappedReader(proc.stdout, MAX_USER_OUTPUT)
@@ -76,12 +74,10 @@ def run_user_command(command: str, root: Path, timeout_s: float = 60.0) -> tuple
         timed_out = True
     reader.join(timeout=max(0.0, deadline - time.monotonic()))
     if timed_out or reader.is_alive():  # its time is up, or a child it left holds the output
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            proc.kill()
+        procs.kill_group(proc)
         proc.wait()
         reader.join(timeout=2)
+    procs.reaped(proc)
     out = reader.kept.decode("utf-8", errors="replace")
     if reader.total > len(reader.kept):
         out += f"\n[... output cut: {reader.total - len(reader.kept)} more bytes]"

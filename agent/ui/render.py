@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from typing import IO, Any
 
+from ..core.shown import shown
 from ..events import (AgentResult, ApprovalRequired, AssistantMessage, Event, GenerationStats,
                      GitAction, PrefillProgress, RunStopped, SpeculationChanged, TextDelta,
                      ToolCallFinished, ToolCallStarted, TurnStats, Warning)
@@ -84,11 +85,11 @@ class Renderer:
         if isinstance(ev, AssistantMessage) and ev.text:
             msg = f"assistant: {_short(ev.text, 400)}"
         elif isinstance(ev, ToolCallStarted):
-            msg = f"→ {ev.name} {_short(json.dumps(ev.arguments, ensure_ascii=False), 160)}"
+            msg = f"→ {ev.name} {shown(_short(json.dumps(ev.arguments, ensure_ascii=False), 160))}"
         elif isinstance(ev, ToolCallFinished):
             msg = f"  {'ok' if ev.ok else 'failed'}: {_short(ev.output, 160)}"
         elif isinstance(ev, (ApprovalRequired,)):
-            msg = f"approval required for {ev.name}: {ev.reason}"
+            msg = f"approval required for {ev.name}: {shown(ev.reason, keep_newlines=False)}"
         elif isinstance(ev, GitAction):
             msg = f"git: {ev.message}"
         elif isinstance(ev, Warning):
@@ -109,7 +110,7 @@ class Renderer:
             self.out.write(ev.result.rstrip() + "\n")
             self.out.flush()
         if ev.is_error:
-            self.err.write(f"spec-agent: error: {ev.error}\n")
+            self.err.write(f"spec-agent: error: {shown(ev.error, keep_newlines=False)}\n")
         if self.stats:
             self.err.write(self._summary(ev) + "\n")
         self.err.flush()

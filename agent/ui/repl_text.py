@@ -18,6 +18,7 @@ from typing import Any
 
 from ..core.callformat import CLOSE, OPEN, RESULT_OPEN, strip_calls
 from ..core.preview import describe_scope
+from ..core.shown import shown
 from ..events import (AgentResult, ApprovalRequest, DecodeProgress, Event, GenerationStats,
                       GitAction, PrefillProgress, RunStopped, SpeculationChanged, TextDelta,
                       ToolCallFinished, ToolCallStarted, TurnStarted, TurnStats, Warning)
@@ -197,7 +198,7 @@ class Transcript:
         elif isinstance(ev, AgentResult):
             self.result = ev
             if ev.is_error and ev.error and ev.stop_reason not in ("cancelled", "max_turns"):
-                return self.line(f"error: {ev.error}")
+                return self.line(f"error: {shown(ev.error, keep_newlines=False)}")
         return ""
 
     @staticmethod

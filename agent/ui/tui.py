@@ -27,6 +27,7 @@ from textual.timer import Timer
 from ..cancel import CancelToken
 from ..core.attach import typed_text
 from ..core.callformat import RESULT_OPEN, parse_calls, strip_calls
+from ..core.shown import shown
 from ..events import (AgentResult, ApprovalRequired, AssistantMessage, DecodeProgress, GitAction,
                       PrefillProgress, RunStopped, SpeculationChanged, ToolCallFinished,
                       ToolCallStarted, TurnStats, Warning)
@@ -317,13 +318,13 @@ class AgentApp(App[int]):
         elif isinstance(ev, Warning):
             chat.add_note(f"warning: {ev.message}", "warn")
         elif isinstance(ev, ApprovalRequired):
-            chat.add_note(f"approval required for {ev.name}: {ev.reason}", "warn")
+            chat.add_note(f"approval required for {ev.name}: {shown(ev.reason, keep_newlines=False)}", "warn")
         elif isinstance(ev, RunStopped) and ev.reason in ("cancelled", "max_turns"):
             chat.add_note("cancelled" if ev.reason == "cancelled" else "stopped: max turns", "warn")
         elif isinstance(ev, AgentResult):
             self.last_result = ev
             if ev.is_error and ev.error and ev.stop_reason not in ("cancelled", "max_turns"):
-                chat.add_note(f"error: {ev.error}", "error")
+                chat.add_note(f"error: {shown(ev.error, keep_newlines=False)}", "error")
 
     def on_job_done(self, msg: JobDone) -> None:
         self.pending -= 1
