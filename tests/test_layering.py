@@ -17,7 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"core", "engine", "backends", "ui", "eval", "bench"}
-BASE = {"agent", "agent.choices", "agent.events", "agent.cancel", "agent.exit_codes"}  # data and signals only
+BASE = {"agent", "agent.choices", "agent.events", "agent.cancel", "agent.exit_codes",
+        "agent.safe_input"}  # data, signals and the guarded readers of input
 _BELOW_RUNTIME = {"agent.backends", "agent.core", "agent.engine", "agent.models", "agent.store",
                   "agent.config", "tools", *BASE}
 ALLOWED: dict[str, set[str]] = {
