@@ -11,8 +11,7 @@ import sys
 from pathlib import Path
 
 from .config import Config, ConfigError
-
-from .exit_codes import BY_STOP_REASON as EXIT_CODES  # noqa: E402,F401 - for importers
+from .exit_codes import BY_STOP_REASON as EXIT_CODES  # noqa: F401 - stop_reason -> exit code
 
 
 def workspace(args) -> Path:
