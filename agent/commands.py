@@ -9,8 +9,7 @@ from __future__ import annotations
 import sys
 
 from .config import Config, workspace
-
-from .exit_codes import BY_STOP_REASON as EXIT_CODES  # noqa: E402,F401 - for importers
+from .exit_codes import BY_STOP_REASON as EXIT_CODES  # noqa: F401 - stop_reason -> exit code
 
 
 def run_task(task: str, args, cfg: Config, model=None) -> int:
