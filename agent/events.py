@@ -10,8 +10,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 # Where a decoded token came from: the target model itself, a draft model's token the target
-# accepted, an accepted prompt-lookup token, or a token the tool-call grammar determined.
-TokenSource = Literal["target", "draft", "lookup", "forced"]
+# accepted, an accepted prompt-lookup token, one from the suffix index of earlier replies, or
+# a token the tool-call grammar determined.
+TokenSource = Literal["target", "draft", "lookup", "suffix", "forced"]
 
 
 @dataclass(frozen=True)
@@ -114,6 +115,7 @@ class GenerationStats(_Acceptance, Event):
     k: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
+    by_source: tuple[tuple[str, int, int], ...] = ()  # (drafter source, drafted, accepted) per source
     backend: str = ""  # "" = the in-process engine; else the server ("openai host · model")
     cache_reported: bool = True  # False: a server that did not say how much of the prompt it cached
 

@@ -29,6 +29,11 @@ if TYPE_CHECKING:
     from .engine.loading import LoadedModel
     from .engine.prefix_store import PrefixStore
     from .engine.session import Session
+    from .engine.suffix import SuffixFile
+
+
+def _safe_name(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in text)[:80]
 
 
 def prefix_store(cfg: Config, warn: Callable[[str], None] | None = None):
@@ -47,7 +52,8 @@ def sampling_params(cfg: Config):
                           repetition_penalty=cfg.repetition_penalty)
 
 
-def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None] | None = None):
+def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None] | None = None,
+                    suffix=None):
     """The Speculator the config asks for, or None for plain decoding. (Values were
     range-checked when the Config was built.)"""
     from .engine.drafters import Combined, DraftModel, PromptLookup
@@ -77,7 +83,7 @@ def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None]
         # Same tokenizer, but embedding tables may be padded to different widths.
         model = DraftModel(draft, cfg.draft_confidence, min(target.vocab_size, draft.vocab_size),
                            cfg.draft_vocab)
-    lookup = PromptLookup(max_k=cfg.num_draft_tokens or 16)  # a pinned K caps its runs too
+    lookup = PromptLookup(max_k=cfg.num_draft_tokens or 16, suffix=suffix)  # a pinned K caps its runs too
     drafter = lookup if kind == "lookup" else model if kind == "model" else Combined(model, lookup)
     policy = SpecPolicy(mode=cfg.speculation, fixed_k=cfg.num_draft_tokens)
     return Speculator(drafter, policy)
@@ -142,6 +148,7 @@ class Runtime:
         self.draft: LoadedModel | None = None  # the loaded draft model, kept across speculator rebuilds
         self.store: PrefixStore | None = None  # the PrefixStore, kept across model reloads
         self.conversation: Conversation | None = None
+        self.suffix: SuffixFile | None = None  # the suffix index of earlier replies (local engine)
 
     # ---- engine ---------------------------------------------------------------------------
 
@@ -167,15 +174,31 @@ class Runtime:
         self.draft = models.load(cfg.draft_model, device=cfg.device) if cfg.draft_model else None
         if self.store is None:
             self.store = prefix_store(cfg, self.warn)
-        self.session = Session(target, speculator=make_speculator(cfg, target, self.draft, self.warn),
+        self.suffix = self._suffix_file(target)
+        suffix = self.suffix.index if self.suffix is not None else None
+        self.session = Session(target, speculator=make_speculator(cfg, target, self.draft, self.warn, suffix),
                                store=self.store, kv_bits=cfg.kv_bits)
         model = LocalModel(self.session, sampling_params(cfg), cfg.max_tokens, self.ctx,
                                 constrain=cfg.constrained_calls, tool_choice=cfg.tool_choice,
-                                tool_format=tool_format(cfg), tools=tools_for(cfg.edit_format))
+                                tool_format=tool_format(cfg), tools=tools_for(cfg.edit_format),
+                                suffix=self.suffix)
         if cfg.tool_format == "native" and not model.native_tools:
             self.warn(f"{target.name}'s chat template has no tool-call format; tools are "
                       "described in the system prompt instead")
         self.use_model(model)  # (a conversation resumed before the models were loaded too)
+
+    def _suffix_file(self, target: LoadedModel):
+        """The suffix index of this repository's earlier replies with `target`, beside its
+        conversations (None when off or without saved conversations)."""
+        if not self.cfg.suffix_index or self.history is None:
+            return None
+        from .engine.suffix import SuffixFile
+
+        key = f"{target.name}-{target.vocab_size}"
+        found, why = SuffixFile.open(self.history.dir / f"suffix-{_safe_name(key)}.json", key)
+        if why:
+            self.warn(why)
+        return found
 
     def use_model(self, model: Any) -> None:
         """Talk to `model` from now on, in the current conversation too."""
@@ -213,7 +236,8 @@ class Runtime:
         if need == "reload":
             self.load()
         elif need == "speculator":
-            self.session.set_speculator(make_speculator(self.cfg, self.session.target, self.draft, self.warn))
+            suffix = self.suffix.index if self.suffix is not None else None
+            self.session.set_speculator(make_speculator(self.cfg, self.session.target, self.draft, self.warn, suffix))
         elif need == "sampling":
             self.model.set_sampling(sampling_params(self.cfg), self.cfg.max_tokens)
         return f"{key} = {getattr(self.cfg, key)!r}"

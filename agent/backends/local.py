@@ -32,6 +32,7 @@ from .grammar import GrammarConstraint, candidate_files, ll_tokenizer, tool_call
 if TYPE_CHECKING:
     from ..engine.sampling import SamplingParams
     from ..engine.session import Session
+    from ..engine.suffix import SuffixFile
 
 _PROBE = "spec_agent_probe_tool"
 BARE_CALL = '{"name"'  # a reply opening like this is a call written without its markers
@@ -86,7 +87,7 @@ class LocalModel:
 
     def __init__(self, session: Session, params: SamplingParams, max_tokens: int, ctx: ToolContext | None,
                  constrain: bool = True, tools: Mapping[str, Any] | None = None,
-                 tool_choice: str = "auto", tool_format: str = "auto"):
+                 tool_choice: str = "auto", tool_format: str = "auto", suffix: SuffixFile | None = None):
         from tools import TOOLS
 
         self.session, self.params, self.max_tokens = session, params, max_tokens
@@ -95,6 +96,7 @@ class LocalModel:
         self.tools = TOOLS if tools is None else tools  # what the grammar admits
         self.tool_choice = tool_choice  # "first": the first turn opens with a call; "required": all
         self._ll_tok = None
+        self.suffix = suffix  # each finished reply is added to it (engine/suffix.py)
         self.last_grammar = ""
         # "native" asks for the model's own format; a template without one keeps the text format.
         self.native_tools = tool_format != "text" and template_takes_tools(session.tokenizer)
@@ -138,6 +140,7 @@ class LocalModel:
         from ..engine.session import ContextOverflowError
 
         guard = RepetitionGuard()
+        reply: list[int] = []
         held: list[TextDelta] = []
         holding = bool(holds)
 
@@ -150,12 +153,17 @@ class LocalModel:
                 if isinstance(ev, GenerationStats):
                     if ev.finish_reason == STOP_REASON:
                         yield Warning(guard.reason())
+                    elif self.suffix is not None and ev.finish_reason != "cancelled":
+                        why = self.suffix.remember(reply)  # (a loop is not worth drafting from)
+                        if why:
+                            yield Warning(why)
                     start = "".join(d.text for d in held).lstrip()
                     if holding and ev.finish_reason != "stop_string" and not start.startswith(BARE_CALL):
                         yield from held  # the reply ended without writing what was held
                     out.append(ev)
                     continue
                 if isinstance(ev, TextDelta):
+                    reply += ev.tokens
                     out.append(ev.text)
                     if holding:
                         held.append(ev)

@@ -22,6 +22,7 @@ from .draft_head import RestrictedHead
 from .loading import LoadedModel
 from .sampling import SamplingParams, apply_mask, apply_penalty, log_probs, penalized_ids
 from .step import TokenConstraint, common_prefix, forward, prefill
+from .suffix import SuffixIndex
 
 
 @dataclass
@@ -210,8 +211,11 @@ class PromptLookup:
     name = "lookup"
     TAIL_CHECK = 16  # tokens compared to decide that the history only grew since last time
 
-    def __init__(self, max_n: int = 4, min_n: int = 2, extra: Sequence[int] = (), max_k: int = 16):
+    def __init__(self, max_n: int = 4, min_n: int = 2, extra: Sequence[int] = (), max_k: int = 16,
+                 suffix: SuffixIndex | None = None):
         self.max_n, self.min_n = max_n, min_n
+        self.suffix = suffix  # earlier replies, consulted when the context has no match
+        self.source: TokenSource = "lookup"  # where the last match came from
         self.max_k = max_k  # longest draft of a continuing run (a pinned K sets it to K)
         self.hist: list[int] = []
         self.index: dict[tuple[int, ...], list[int]] = {}
@@ -301,6 +305,7 @@ class PromptLookup:
         """(n, continuation): n is the matched n-gram length (the whole run so far when a
         match continues); (0, []) when nothing matches."""
         self._update(history)
+        self.source = "lookup"
         end = self._follow()
         if end >= 0:
             cont = self._draft("follow", end, k)
@@ -314,12 +319,17 @@ class PromptLookup:
             ends = self.extra_index.get(key)
             if ends:
                 return n, self.extra[ends[-1] : ends[-1] + k]
+        if self.suffix is not None:
+            n, cont = self.suffix.continuation(history, k)
+            if cont:
+                self.source = "suffix"
+                return n, cont
         return 0, []
 
     def propose(self, history, k, params, constraint=None) -> Draft:
         n, cont = self.match(history, k)
         self.last_match = n
-        return Draft(cont, None, "lookup")
+        return Draft(cont, None, self.source)
 
 
 def _fit_width(mask: mx.array, width: int) -> mx.array:
@@ -362,5 +372,5 @@ class Combined:
     def propose(self, history, k, params, constraint=None) -> Draft:
         n, cont = self.lookup.match(history, self.lookup_k)
         if n >= self.confident_n and cont:
-            return Draft(cont, None, "lookup")
+            return Draft(cont, None, self.lookup.source)
         return self.model.propose(history, k, params, constraint)

@@ -124,6 +124,7 @@ class _CallStats:
     verify_s: float = 0.0
     k: int = 0
     events: list = field(default_factory=list)
+    by_source: dict[str, list[int]] = field(default_factory=dict)  # source -> [drafted, accepted]
 
 
 class Speculator:
@@ -163,13 +164,17 @@ class Speculator:
         so they leave the counts as well."""
         c = self.call
         c.forced -= sum(1 for s in sources if s == "forced")
-        c.accepted -= sum(1 for s in sources if s in ("draft", "lookup"))
+        c.accepted -= sum(1 for s in sources if s in ("draft", "lookup", "suffix"))
+        for s in sources:
+            if s in c.by_source:
+                c.by_source[s][1] -= 1
 
     def stats(self) -> dict:
         c = self.call
         return dict(speculative=True, drafter=self.drafter.name, rounds=c.rounds,
                     drafted=c.drafted, accepted=c.accepted, forced_tokens=c.forced, k=c.k,
-                    draft_s=c.draft_s, verify_s=c.verify_s)
+                    draft_s=c.draft_s, verify_s=c.verify_s,
+                    by_source=tuple((s, d, a) for s, (d, a) in sorted(c.by_source.items())))
 
     def progress(self) -> dict:
         """Figures so far in this call, and the speculation state, for `DecodeProgress`."""
@@ -384,5 +389,9 @@ class Speculator:
             c.drafted += len(draft.tokens)
             c.accepted += n
             c.k = len(draft.tokens)
-            self.accepted_per_round.setdefault("lookup" if draft.source == "lookup" else "model", _Ema()).add(n)
+            kind = "lookup" if draft.source in ("lookup", "suffix") else "model"
+            self.accepted_per_round.setdefault(kind, _Ema()).add(n)
+            tally = c.by_source.setdefault(draft.source, [0, 0])
+            tally[0] += len(draft.tokens)
+            tally[1] += n
         return emitted, n, draft.source

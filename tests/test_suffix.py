@@ -1,0 +1,111 @@
+"""The suffix index of earlier replies (agent/engine/suffix.py): what it drafts, its cap, its
+file (rejected when damaged, rebuilt), and that drafting from it keeps greedy output exact."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agent.engine.drafters import PromptLookup
+from agent.engine.session import Session
+from agent.engine.speculative import SpecPolicy, Speculator
+from agent.engine.suffix import SuffixFile, SuffixIndex
+
+
+def test_drafts_what_most_earlier_replies_agree_on():
+    index = SuffixIndex(min_n=3, max_n=4)
+    for tail in ([4, 5, 6, 7], [4, 5, 6, 8], [4, 5, 6, 7], [4, 9, 9, 9]):
+        index.add([1, 2, 3, *tail])
+    n, draft = index.continuation([50, 1, 2, 3], 8)
+    assert n == 3
+    # 4 (4 of 4), 5 (3 of 4), 6 (3 of 3), then 7 (2 of 3), and the one 7 left ends the reply
+    assert draft == [4, 5, 6, 7]
+    assert index.continuation([50, 60, 70], 8) == (0, [])
+    assert index.continuation([1, 2, 3], 2)[1] == [4, 5]
+
+
+def test_no_draft_where_earlier_replies_disagree():
+    index = SuffixIndex(min_n=2, max_n=2)
+    for nxt in (10, 11, 12):
+        index.add([7, 8, nxt, 0])
+    assert index.continuation([7, 8], 4) == (2, [])
+
+
+def test_stays_under_its_cap_dropping_the_oldest():
+    index = SuffixIndex(cap=100)
+    for i in range(40):
+        index.add([1000 + i, 1, 2, 3, 2000 + i])
+    assert len(index) <= 100
+    assert index.continuation([1000 + 39, 1, 2, 3], 1) == (4, [2039])  # the latest reply is kept
+    assert (1000, 1, 2, 3) not in index.index  # the first is gone
+    assert index.continuation([1000, 1, 2, 3], 4) == (3, [])  # (1, 2, 3): the replies disagree
+
+
+def test_file_round_trip(tmp_path):
+    path = tmp_path / "conv" / "suffix-m.json"
+    store, why = SuffixFile.open(path, "m")
+    assert why == "" and len(store.index) == 0  # no file yet: empty, no complaint
+    assert store.remember([5, 6, 7, 8, 9]) == ""
+    again, why = SuffixFile.open(path, "m")
+    assert why == "" and again.index.continuation([5, 6, 7], 2) == (3, [8, 9])
+
+
+@pytest.mark.parametrize("content", [
+    b"\x00\xffnot json",
+    b'{"format": "spec-agent-suffix-index", "version": 1, "key": "m", "tokens": [1, 2, "x", -1]}',
+    b'{"format": "spec-agent-suffix-index", "version": 99, "key": "m", "tokens": []}',
+    b'{"format": "spec-agent-suffix-index", "version": 1, "key": "m", "tokens": [1, 2, 3]}',
+    b'{"format": "spec-agent-suffix-index", "version": 1, "key": "m", "tokens": [1, 2, 3, -1',
+    b"[" * 100_000,
+    b'{"format": "spec-agent-suffix-index", "version": 1, "key": "other", "tokens": []}',
+])
+def test_a_damaged_or_foreign_file_is_rejected_and_rebuilt(tmp_path, content):
+    path = tmp_path / "suffix-m.json"
+    path.write_bytes(content)
+    store, why = SuffixFile.open(path, "m")
+    assert why and str(path) in why and len(store.index) == 0
+    assert store.remember([5, 6, 7, 8, 9]) == ""  # the next reply writes a good file over it
+    data = json.loads(path.read_text())
+    assert data["key"] == "m" and data["tokens"] == [5, 6, 7, 8, 9, -1]
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+def test_an_unwritable_folder_is_one_warning(tmp_path):
+    (tmp_path / "file").write_text("")
+    store, _ = SuffixFile.open(tmp_path / "file" / "suffix.json", "m")
+    why = store.remember([1, 2, 3, 4, 5])
+    assert why.startswith("suffix index") and store.index.continuation([1, 2, 3], 2)[1] == [4, 5]
+
+
+def _tokens(session: Session, prompt, **kw):
+    done = session.complete(prompt, max_tokens=48, stop_tokens=set(), **kw)
+    return done.tokens, done.stats
+
+
+def test_drafts_from_an_earlier_session_keep_greedy_output_exact(llama):
+    prompt = Session(llama).render([{"role": "user", "content": "def add(a, b):"}])
+    want, _ = _tokens(Session(llama), prompt)
+    index = SuffixIndex()
+    index.add(want)  # what an earlier session replied to this prompt
+    spec = Session(llama, speculator=Speculator(PromptLookup(suffix=index), SpecPolicy(mode="on")))
+    got, stats = _tokens(spec, prompt)
+    assert got == want
+    by_source = {s: (d, a) for s, d, a in stats.by_source}
+    assert by_source["suffix"][1] > 0  # its drafts were accepted
+    # a second turn on the same session, the suffix index still consulted, still exact
+    prompt2 = prompt + want + Session(llama).render([{"role": "user", "content": "again"}])[-8:]
+    got2, _ = _tokens(spec, prompt2)
+    assert got2 == _tokens(Session(llama), prompt2)[0]
+
+
+def test_without_the_index_lookup_drafts_less(llama):
+    """The check above can fail: the same turn without the index accepts fewer drafts."""
+    prompt = Session(llama).render([{"role": "user", "content": "def add(a, b):"}])
+    want, _ = _tokens(Session(llama), prompt)
+    index = SuffixIndex()
+    index.add(want)
+    _, with_index = _tokens(Session(llama, speculator=Speculator(PromptLookup(suffix=index),
+                                                                 SpecPolicy(mode="on"))), prompt)
+    _, without = _tokens(Session(llama, speculator=Speculator(PromptLookup(), SpecPolicy(mode="on"))), prompt)
+    assert with_index.accepted > without.accepted
