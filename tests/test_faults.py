@@ -127,16 +127,19 @@ def test_sigkill_at_random_points_loses_no_user_byte(tmp_path, monkeypatch):
     assert final != before[0] and "big.txt" in final and "README.md" not in final
     rng = random.Random(SEED)
     totals = {"kills": 0, "orphans": 0, "half_written": 0, "lost": 0, "resume_failed": 0}
+    finished = 0
     for i in range(KILLS):
         repo = shutil.copytree(base, tmp_path / f"r{i}", symlinks=True)
         marker = f"FAULT-{os.getpid()}-{i}"
         proc, _ = start(repo, tmp_path / f"home{i}", marker)
         time.sleep(rng.uniform(0, duration))
+        finished += proc.poll() is not None  # ended before its kill: not a kill mid-work
         proc.kill()
         proc.wait()
         totals["kills"] += 1
         for key, value in check_one(repo, tmp_path / f"home{i}", before, final, marker).items():
             totals[key] += value
         shutil.rmtree(repo, ignore_errors=True)
-    print(f"fault injection (seed {SEED}, session {duration:.1f} s): {totals}")
+    print(f"fault injection (seed {SEED}, session {duration:.1f} s, {finished} ended before "
+          f"their kill): {totals}")
     assert totals == {"kills": KILLS, "orphans": 0, "half_written": 0, "lost": 0, "resume_failed": 0}

@@ -125,8 +125,10 @@ def check(task: Task, root: Path, answer: str, initial: str) -> tuple[bool, str]
         return False, "the repository was changed"
     if task.script:
         try:
-            p = subprocess.run([sys.executable, "-c", task.script], cwd=root, capture_output=True,
-                               text=True, timeout=CHECK_TIMEOUT_S)
+            from tools import procs  # its own group, killed on timeout, dying with us
+
+            p = procs.run([sys.executable, "-c", task.script], cwd=root, text=True,
+                          timeout=CHECK_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return False, f"the check ran longer than {CHECK_TIMEOUT_S:.0f} s"
         if p.returncode != 0:
