@@ -61,15 +61,18 @@ def run_task(task: str, args, cfg: Config, model=None) -> int:
     renderer = Renderer(getattr(args, "output_format", "text"), sys.stdout, sys.stderr,
                         bool(getattr(args, "stats", False)))
     runtime = Runtime(cfg, workspace(args), model=model)
-    if model is None:
-        runtime.load()
-    conversation = runtime.new_conversation()
-    cancel = CancelToken()
-    result = None
-    with _CancelOnSigint(cancel):
-        for ev in conversation.send(task, cancel):
-            renderer.handle(ev)
-            result = ev
+    try:
+        if model is None:
+            runtime.load()
+        conversation = runtime.new_conversation()
+        cancel = CancelToken()
+        result = None
+        with _CancelOnSigint(cancel):
+            for ev in conversation.send(task, cancel):
+                renderer.handle(ev)
+                result = ev
+    finally:
+        runtime.close()  # the MCP servers
     return EXIT_CODES.get(getattr(result, "stop_reason", ""), 1)
 
 

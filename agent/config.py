@@ -170,10 +170,15 @@ def _file_layers(repo: Path | None) -> list[tuple[str, dict[str, Any]]]:
     """The user file then the repo's .specrc, each (path, values), where present."""
     layers: list[tuple[str, dict[str, Any]]] = []
     user, specrc = user_config_path(), (repo or Path.cwd()) / ".specrc"
+    from .extensions import TABLES, check_repo_tables  # [mcp] and [hooks]: read there
+
     if user.is_file():
-        layers.append((str(user), _read_toml(user)))
+        values = _read_toml(user)
+        layers.append((str(user), {k: v for k, v in values.items() if k not in TABLES}))
     if specrc.is_file():
         values = _read_toml(specrc)
+        check_repo_tables(values, specrc, user)
+        values = {k: v for k, v in values.items() if k not in TABLES}
         for key in REPO_FORBIDDEN:
             if key in values:
                 raise ConfigError(

@@ -122,6 +122,11 @@ class Runtime:
         self.draft: Any = None  # the loaded draft model, kept across speculator rebuilds
         self.store: Any = None  # the PrefixStore, kept across model reloads
         self.conversation: Any = None
+        from .extensions import load as load_extensions
+
+        self.ext = load_extensions(self.root)  # [mcp] servers and [hooks]: ConfigError if bad
+        self.mcp: Any = None  # agent.mcp.McpManager once started
+        self.notices: list[str] = []  # what starting the MCP servers reported, for the UIs
 
     # ---- engine ---------------------------------------------------------------------------
 
@@ -129,6 +134,7 @@ class Runtime:
         """Open the backend the config names: load the local models (slow) and build the model
         adapter, or connect to an OpenAI-compatible server (`engine = "openai"`)."""
         if self.cfg.engine == "openai":
+            self.start_mcp()
             self.model = open_openai(self.cfg)
             if self.conversation is not None:
                 self.conversation.model = self.model
@@ -140,6 +146,7 @@ class Runtime:
         from .engine.session import Session
 
         cfg = self.cfg
+        self.start_mcp()  # before the model adapter: the grammar admits the servers' tools
         for w in preload_warnings(cfg.model, cfg.draft_model, select_device(cfg.device),
                                   cfg.memory_headroom_gb):
             self.warn(w)
@@ -204,9 +211,57 @@ class Runtime:
         if self.conversation is not None:
             self.conversation.approver = approver
 
+    def hooks(self, session_id: str) -> Any:
+        """The user's hooks for conversation `session_id`, or None when there are none."""
+        if not self.ext.hooks:
+            return None
+        from .core.hooks import HookRunner
+
+        return HookRunner(self.ext.hooks, session_id, self.root)
+
+    # ---- MCP servers ------------------------------------------------------------------------
+
+    def start_mcp(self, extra: tuple = ()) -> None:
+        """Start the configured MCP servers (once per Runtime; `extra`: ServerSpecs an ACP client
+        passed) and offer their tools: to the model adapter and to a conversation that has no
+        user message yet (its system prompt is rebuilt). Problems become warnings."""
+        if self.mcp is None:
+            if not self.ext.servers and not extra:
+                return
+            from . import store
+            from .mcp import McpManager
+
+            self.mcp = McpManager(self.ext, store.home() / "mcp", self._notice)
+        if self.mcp.started and not extra:
+            return
+        self.mcp.start(tuple(extra))
+        from .core.prompt import system_prompt, tools_for
+
+        if self.model is not None and hasattr(self.model, "tools"):
+            self.model.tools = tools_for(self.cfg.edit_format)
+        conv = self.conversation
+        if conv is not None and conv.user_messages == 0 and conv.messages:
+            native = bool(getattr(conv.model, "native_tools", False))
+            conv.messages[0] = {"role": "system", "content": system_prompt(
+                self.root, native, self.cfg.edit_format)}
+
+    def _notice(self, message: str) -> None:
+        self.notices.append(message)
+        self.warn(message)
+
+    def close(self) -> None:
+        """Stop the MCP servers (the UIs call this on exit)."""
+        if self.mcp is not None:
+            self.mcp.close()
+            self.mcp = None
+
     def new_conversation(self, messages: list[dict[str, str]] | None = None, conv_id: str = ""):
-        """Start (or, with `messages`, resume) the conversation UIs send to."""
+        """Start (or, with `messages`, resume) the conversation UIs send to. With a model
+        already there (a scripted one, or after `load`), the MCP servers are started first."""
         from .core.conversation import Conversation, new_id
+
+        if self.model is not None:
+            self.start_mcp()
 
         conv_id = conv_id or new_id()
         record = self.history.recorder(conv_id) if self.history is not None else None
@@ -215,6 +270,7 @@ class Runtime:
         self.conversation = Conversation(self.model, self.ctx, self.cfg, git=self.git,
                                          approver=self.approver, messages=messages,
                                          conv_id=conv_id, on_message=record)
+        self.conversation.hooks = self.hooks(self.conversation.id)
         return self.conversation
 
     def resume(self, which: str) -> Any:

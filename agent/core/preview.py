@@ -9,6 +9,8 @@ when every program it runs was approved so); destructive commands are never cove
 
 from __future__ import annotations
 
+import json
+
 import difflib
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,8 @@ def scope_keys(scope: str) -> list[str]:
 def describe_scope(scope: str) -> str:
     if scope == "edits":
         return "all file edits"
+    if scope.startswith("tool:"):
+        return f"every call of {scope[len('tool:'):]}"
     return ", ".join(f"`{k.split(':', 1)[1]}`" for k in scope_keys(scope)) + " commands"
 
 
@@ -73,9 +77,11 @@ def approval_request(call_id: str, name: str, kind: str, arguments: dict[str, An
                      root: Path) -> ApprovalRequest:
     if kind == "edit":
         preview = edit_preview(root, name, arguments)
+    elif kind == "mcp":
+        preview = f"{name} " + json.dumps(arguments, ensure_ascii=False, indent=1)[:2000]
     else:
         preview = f"$ {arguments.get('command', '')}\n(in {root})"
-    scope = scope_of(kind, arguments)
+    scope = f"tool:{name}" if kind == "mcp" else scope_of(kind, arguments)
     destructive = reason.startswith("destructive")
     return ApprovalRequest(call_id, name, dict(arguments), reason, kind, preview, scope,
                            can_always=bool(scope) and not destructive)
