@@ -2,8 +2,8 @@
 session, registers each listed tool in the tool registry (tools.TOOLS) as `mcp__SERVER__TOOL`
 and stops the servers (and unregisters their tools) on `close()`.
 
-A registered tool is an ordinary `tools.Tool`: its schema is the server's `inputSchema`, so the
-call grammar (agent/constraints.py) admits only schema-valid arguments and `tools.validate`
+A registered tool is an ordinary `tools.Tool`: its schema is the server's `inputSchema` (objects
+that list their properties closed to others, see `_closed`), so the call grammar (agent/constraints.py) admits only schema-valid arguments and `tools.validate`
 checks them again; its kind is "mcp" (asks for approval in every mode) unless the user's config
 allows the server or the tool ("read": runs without asking). Descriptions and schemas shown to
 the model are cut to the `[mcp] prompt_chars` budget; tools past it are not offered, and a
@@ -33,13 +33,29 @@ def tool_name(server: str, tool: str) -> str:
     return f"{PREFIX}{server}__{tool}"
 
 
+def _closed(node: Any) -> Any:
+    """`node` with every object schema that lists its properties and says nothing about others
+    closed to them (`additionalProperties: false`). JSON Schema admits unlisted keys by default,
+    and under a grammar that admits them a small model fills calls with invented keys; schemas
+    made from typed signatures (pydantic, zod) list every key the server reads."""
+    if isinstance(node, list):
+        return [_closed(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: _closed(v) for k, v in node.items()}
+    if ("properties" in out and "additionalProperties" not in out
+            and "patternProperties" not in out and "unevaluatedProperties" not in out):
+        out["additionalProperties"] = False
+    return out
+
+
 def _schema(raw: dict[str, Any]) -> dict[str, Any]:
-    """The server's inputSchema as an object schema (servers may leave out `type`)."""
+    """The server's inputSchema as a closed object schema (servers may leave out `type`)."""
     schema = dict(raw) if isinstance(raw, dict) else {}
     schema.setdefault("type", "object")
     schema.setdefault("properties", {})
     schema.pop("$schema", None)
-    return schema
+    return _closed(schema)
 
 
 def _description(info: ToolInfo, server: str) -> str:
