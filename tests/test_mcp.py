@@ -28,6 +28,7 @@ pytest.importorskip("mcp")
 
 FIXTURE = str(Path(__file__).with_name("mcp_fixture_server.py"))
 TIME_SERVER = shutil.which("mcp-server-time") or str(Path(sys.executable).with_name("mcp-server-time"))
+GIT_SERVER = shutil.which("mcp-server-git") or str(Path(sys.executable).with_name("mcp-server-git"))
 TRIP = {"trip": {"city": "lima", "nights": 2, "travellers": [{"name": "Ana", "age": 30}]},
         "seat": "aisle"}
 
@@ -40,11 +41,15 @@ def fixture(name: str, mode: str, **kw) -> ServerSpec:
 def manager(tmp_path_factory):
     from agent.mcp import McpManager
 
-    specs = [fixture("fx", "good", call_timeout_s=2.0), fixture("crashy", "good"),
+    specs = [fixture("fx", "good"), fixture("sleepy", "good", call_timeout_s=2.0), fixture("crashy", "good"),
              fixture("junk", "garbage", call_timeout_s=2.0), fixture("dead", "nostart"),
              fixture("mute", "silent", startup_timeout_s=3.0)]
     if Path(TIME_SERVER).exists():
         specs.append(ServerSpec("time", TIME_SERVER, ("--local-timezone", "UTC")))
+    if Path(GIT_SERVER).exists():
+        repo = make_repo(tmp_path_factory.mktemp("gitrepo") / "r", SAMPLE)
+        (repo / "calc.py").write_text(SAMPLE["calc.py"] + "# changed\n")
+        specs.append(ServerSpec("git", GIT_SERVER, ("--repository", str(repo))))
     warnings: list[str] = []
     m = McpManager(Extensions(tuple(specs), tuple(s.name for s in specs)),
                    tmp_path_factory.mktemp("mcp-logs"), warnings.append)
@@ -82,10 +87,10 @@ def test_a_call_runs_on_the_server_and_bad_arguments_never_reach_it(manager, ctx
 
 def test_a_hanging_call_times_out_and_the_server_stays_usable(manager, ctx):
     t0 = time.monotonic()
-    r = call_tool("mcp__fx__hang", {}, ctx)
-    assert not r.ok and r.output == "Error: MCP server 'fx' did not answer hang within 2s"
+    r = call_tool("mcp__sleepy__hang", {}, ctx)
+    assert not r.ok and r.output == "Error: MCP server 'sleepy' did not answer hang within 2s"
     assert time.monotonic() - t0 < 6
-    assert call_tool("mcp__fx__echo", {"text": "still here"}, ctx).output == "still here"
+    assert call_tool("mcp__sleepy__echo", {"text": "still here"}, ctx).output == "still here"
 
 
 def test_garbage_is_one_error(manager, ctx):
@@ -118,6 +123,17 @@ def test_mcp_server_time_from_pypi(manager, ctx):
     assert schema["required"] == ["timezone"]
     r = call_tool("mcp__time__get_current_time", {"timezone": "UTC"}, ctx)
     assert r.ok and json.loads(r.output)["timezone"] == "UTC"
+
+
+@pytest.mark.skipif(not Path(GIT_SERVER).exists(), reason="mcp-server-git is not installed")
+def test_mcp_server_git_from_pypi(manager, ctx):
+    (spec,) = [c.spec for c in manager.servers.values() if c.spec.name == "git"]
+    repo = spec.args[-1]
+    assert TOOLS["mcp__git__git_status"].schema["required"] == ["repo_path"]
+    r = call_tool("mcp__git__git_diff_unstaged", {"repo_path": repo}, ctx)
+    assert r.ok and "+# changed" in r.output
+    bad = call_tool("mcp__git__git_status", {}, ctx)
+    assert not bad.ok and "'repo_path' is a required property" in bad.output
 
 
 def test_close_stops_the_servers_and_unregisters_their_tools(tmp_path):
