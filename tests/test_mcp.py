@@ -276,3 +276,35 @@ def test_embedded_model_writes_schema_valid_mcp_calls(manager, embedded, tmp_pat
     jsonschema.validate(parsed.arguments, tool.schema)
     r = call_tool(tool.name, parsed.arguments, ToolContext(tmp_path))
     assert r.ok and r.output.startswith("booked "), r.output
+
+
+# ---- ACP: the servers a client passes with a session ----------------------------------------
+
+
+def test_acp_session_gets_the_clients_mcp_servers(tmp_path, monkeypatch):
+    import asyncio
+
+    from acp import text_block
+    from acp.schema import McpServerStdio
+    from test_acp import Client, run, scripted, serve
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))  # no user servers
+    repo = make_repo(tmp_path / "repo", SAMPLE)
+    client = Client("yes")
+    turns = [call("mcp__editor__echo", text="from the editor"), "Echoed."]
+
+    async def go():
+        async with serve(client, scripted(tmp_path, turns), repo, tmp_path / "home") as (conn, _, err):
+            await conn.initialize(protocol_version=1)
+            server = McpServerStdio(name="editor", command=sys.executable, args=[FIXTURE, "good"], env=[])
+            session = await conn.new_session(cwd=str(repo), mcp_servers=[server])
+            response = await conn.prompt(session_id=session.session_id,
+                                         prompt=[text_block("echo something")])
+            return response, err
+
+    response, err = run(go())
+    assert response.stop_reason == "end_turn"
+    (asked, _), = client.asked  # an MCP tool asks first
+    assert "mcp__editor__echo" in str(asked)
+    results = [u for u in client.of("tool_call_update") if u.status == "completed"]
+    assert results and "from the editor" in str(results[-1].content)

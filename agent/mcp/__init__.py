@@ -149,6 +149,8 @@ class McpManager:
             if spec.tools and info.name not in spec.tools:
                 continue
             name = tool_name(spec.name, info.name)
+            if name in TOOLS:  # another Runtime in this process (ACP: one per folder) offers it
+                continue
             why = "" if TOOL_NAME.match(info.name) else "its name has characters other than A-Z a-z 0-9 _ -"
             tool = None if why else self._tool(conn, info, name)
             if tool is not None:
@@ -210,3 +212,26 @@ class McpManager:
             for s in self.skipped.get(name, []):
                 lines.append(f"  not offered: {s}")
         return "\n".join(lines)
+
+
+def specs_from_acp(servers: list[Any] | None, warn: Callable[[str], None]) -> tuple[ServerSpec, ...]:
+    """ServerSpecs for the `mcpServers` an ACP client passes with a session (the client is the
+    user's own editor: it may start programs). Stdio and streamable HTTP servers without
+    headers are taken; the others are reported through `warn` and left out."""
+    out = []
+    for s in servers or []:
+        name = str(getattr(s, "name", "") or "")
+        if not re.match(r"^[A-Za-z0-9_-]{1,40}$", name):
+            warn(f"MCP server {name!r} from the client left out: its name may only have "
+                 "letters, digits, '_' and '-'")
+            continue
+        command, url = getattr(s, "command", None), getattr(s, "url", None)
+        if command:
+            env = tuple((e.name, e.value) for e in getattr(s, "env", None) or [])
+            out.append(ServerSpec(name, command, tuple(getattr(s, "args", None) or ()), env))
+        elif url and getattr(s, "type", "http") == "http" and not getattr(s, "headers", None):
+            out.append(ServerSpec(name, url=url))
+        else:
+            warn(f"MCP server '{name}' from the client left out: only stdio servers and HTTP "
+                 "servers without headers are supported")
+    return tuple(out)
