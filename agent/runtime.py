@@ -251,8 +251,9 @@ class Runtime:
 
     def close(self) -> None:
         """Stop the MCP servers (the UIs call this on exit)."""
-        if self.mcp is not None:
-            self.mcp.close()
+        mcp = getattr(self, "mcp", None)  # a Runtime made without __init__ (tests) has none
+        if mcp is not None:
+            mcp.close()
             self.mcp = None
 
     def new_conversation(self, messages: list[dict[str, str]] | None = None, conv_id: str = ""):
