@@ -4,7 +4,7 @@
 folder (`~/.config/spec-agent/commands/`) each make `/NAME` (a file in a subfolder, `a/b.md`,
 makes `/a:b`; the repository's wins over the user's of the same name; a built-in command's name
 is never taken). Typing `/NAME words` sends the file's text with `$ARGUMENTS` replaced by
-`words` (and `$1` … `$9` by single words); a file without `$ARGUMENTS` gets the words appended.
+`words` (and `$1` … `$9` by single words); a file with neither gets the words appended.
 Optional front matter, as Claude Code's command files have it, gives the help text:
 
     ---
@@ -44,6 +44,8 @@ class CustomCommand:
                                self.body)
         if "$ARGUMENTS" in text:
             return text.replace("$ARGUMENTS", arguments).strip()
+        if _POSITIONAL.search(self.body):
+            return text.strip()
         return (text.strip() + ("\n\n" + arguments if arguments else "")).strip()
 
 
