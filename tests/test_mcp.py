@@ -308,3 +308,50 @@ def test_acp_session_gets_the_clients_mcp_servers(tmp_path, monkeypatch):
     assert "mcp__editor__echo" in str(asked)
     results = [u for u in client.of("tool_call_update") if u.status == "completed"]
     assert results and "from the editor" in str(results[-1].content)
+
+
+# ---- a call written without its markers is decoded again under the grammar -------------------
+
+
+PICK = {"type": "object", "properties": {"seat": {"enum": ["window", "aisle"]},
+                                         "rows": {"type": "integer", "minimum": 1, "maximum": 9}},
+        "required": ["seat", "rows"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("bare", ['```json\n{\n  "name": "mcp__x__pick",\n  "arguments": {}\n}\n```',
+                                  '{\n  "name": "mcp__x__pick", "arguments": {}}'])
+def test_a_bare_or_fenced_call_is_decoded_under_the_schema(llama, bare):
+    """A model that writes its call as a (fenced, pretty-printed) JSON object instead of
+    `<tool_call>` gets the call decoded again under the grammar: schema-valid."""
+    from llguidance import LLMatcher
+
+    from agent.backends.local import LocalModel
+    from agent.constraints import GrammarConstraint, ll_tokenizer
+    from agent.core.callformat import parse_calls
+    from agent.engine.sampling import SamplingParams
+    from agent.engine.session import Session
+    from agent.events import TextDelta
+    from tools import Tool, ToolResult, register, unregister
+
+    ll_tok = ll_tokenizer(llama.tokenizer)
+
+    class WritesBare(Session):  # phase 1 writes `bare`; phase 2 (the grammar's) is the model's
+        def generate(self, prompt, **kw):
+            if kw.get("constraint") is None:
+                lark = LLMatcher.grammar_from_lark(f"start: {json.dumps(bare)}")
+                kw["constraint"] = GrammarConstraint(ll_tok, lark, llama.vocab_size)
+            return super().generate(prompt, **kw)
+
+    tool = Tool("mcp__x__pick", "Pick a seat.", PICK, lambda ctx, **a: ToolResult(True, "ok"), "mcp")
+    model = LocalModel(WritesBare(llama), SamplingParams(temperature=1.0), 80, None,
+                       tools={tool.name: tool})
+    register(tool)  # as McpManager does: the reply names a registered tool
+    try:
+        text = "".join(e.text for e in model.generate([{"role": "user", "content": "pick"}])
+                       if isinstance(e, TextDelta))
+    finally:
+        unregister(tool.name)
+    assert text.startswith("<tool_call>") and "{}" not in text, text
+    (parsed,) = parse_calls(text)
+    assert parsed.name == "mcp__x__pick"
+    jsonschema.validate(parsed.arguments, PICK)
