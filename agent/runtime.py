@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable
@@ -126,6 +127,7 @@ class Runtime:
 
         self.ext = load_extensions(self.root)  # [mcp] servers and [hooks]: ConfigError if bad
         self.mcp: Any = None  # agent.mcp.McpManager once started
+        self._mcp_lock = threading.Lock()  # ACP may start servers while the model loads
         self.notices: list[str] = []  # what starting the MCP servers reported, for the UIs
 
     # ---- engine ---------------------------------------------------------------------------
@@ -225,6 +227,10 @@ class Runtime:
         """Start the configured MCP servers (once per Runtime; `extra`: ServerSpecs an ACP client
         passed) and offer their tools: to the model adapter and to a conversation that has no
         user message yet (its system prompt is rebuilt). Problems become warnings."""
+        with self._mcp_lock:
+            self._start_mcp(extra)
+
+    def _start_mcp(self, extra: tuple) -> None:
         if self.mcp is None:
             if not self.ext.servers and not extra:
                 return
