@@ -5,6 +5,7 @@ good     `book_trip` (nested objects, enums, required fields), `echo`, `crash` (
          exits mid-call), `hang` (never answers), `fail` (an error result)
 garbage  a hand-written JSON-RPC server whose `garbage` tool answers with a line that is not
          JSON and then a result of the wrong shape
+http     the `good` tools over streamable HTTP on 127.0.0.1:PORT/mcp (PORT: the next argument)
 nostart  exits before the MCP handshake
 silent   never answers the handshake
 """
@@ -30,7 +31,7 @@ class Trip(BaseModel):
     travellers: list[Traveller] = Field(min_length=1, max_length=3)
 
 
-def serve() -> None:
+def serve(port: int = 0) -> None:
     from mcp.server.mcpserver import MCPServer
 
     server = MCPServer("fixture")
@@ -62,7 +63,10 @@ def serve() -> None:
         """Raise an error."""
         raise ValueError(why)
 
-    server.run("stdio")
+    if port:
+        server.run("streamable-http", host="127.0.0.1", port=port)
+    else:
+        server.run("stdio")
 
 
 def garbage() -> None:
@@ -100,4 +104,4 @@ if __name__ == "__main__":
         sys.exit(0)
     if mode == "silent":
         time.sleep(3600)
-    serve()
+    serve(int(sys.argv[2]) if mode == "http" else 0)

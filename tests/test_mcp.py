@@ -355,3 +355,35 @@ def test_a_bare_or_fenced_call_is_decoded_under_the_schema(llama, bare):
     (parsed,) = parse_calls(text)
     assert parsed.name == "mcp__x__pick"
     jsonschema.validate(parsed.arguments, PICK)
+
+
+def test_a_streamable_http_server(tmp_path, ctx):
+    import socket
+
+    from agent.mcp import McpManager
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, FIXTURE, "http", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:  # until it listens
+            try:
+                socket.create_connection(("127.0.0.1", port), 0.2).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        m = McpManager(Extensions((ServerSpec("web", url=f"http://127.0.0.1:{port}/mcp"),), ("web",)),
+                       tmp_path)
+        m.start()
+        try:
+            assert m.servers["web"].state == "running", m.servers["web"].error
+            r = call_tool("mcp__web__book_trip", TRIP, ctx)
+            assert r.ok and r.output.startswith("booked 2 nights in lima")
+        finally:
+            m.close()
+    finally:
+        proc.kill()
+        proc.wait(10)
