@@ -61,18 +61,16 @@ def run_task(task: str, args, cfg: Config, model=None) -> int:
     renderer = Renderer(getattr(args, "output_format", "text"), sys.stdout, sys.stderr,
                         bool(getattr(args, "stats", False)))
     runtime = Runtime(cfg, workspace(args), model=model)
-    try:
-        if model is None:
-            runtime.load()
-        conversation = runtime.new_conversation()
-        cancel = CancelToken()
-        result = None
-        with _CancelOnSigint(cancel):
-            for ev in conversation.send(task, cancel):
-                renderer.handle(ev)
-                result = ev
-    finally:
-        runtime.close()  # the MCP servers
+    if model is None:
+        runtime.load()
+    conversation = runtime.new_conversation()
+    cancel = CancelToken()
+    result = None
+    with _CancelOnSigint(cancel):
+        for ev in conversation.send(task, cancel):
+            renderer.handle(ev)
+            result = ev
+    runtime.close()  # the MCP servers (an exception stops them at exit: see Runtime.start_mcp)
     return EXIT_CODES.get(getattr(result, "stop_reason", ""), 1)
 
 

@@ -9,6 +9,7 @@ Loading models is slow: UIs call the loading methods off their UI thread.
 
 from __future__ import annotations
 
+import atexit
 import subprocess
 import sys
 import threading
@@ -238,6 +239,7 @@ class Runtime:
             from .mcp import McpManager
 
             self.mcp = McpManager(self.ext, store.home() / "mcp", self._notice)
+            atexit.register(self.close)  # the UIs close it themselves; this covers the rest
         if self.mcp.started and not extra:
             return
         self.mcp.start(tuple(extra))
