@@ -149,3 +149,12 @@ def test_bad_hook_config_is_one_error(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip() == (f"spec-agent: error: {xdg / 'config.toml'}: unknown hook event "
                                 "'BeforeLunch' (one of PreToolUse, PostToolUse, UserPromptSubmit, Stop)")
+
+
+def test_pre_tool_use_can_ask_for_approval_the_mode_would_skip(repo, tmp_path, monkeypatch):
+    ask = script(tmp_path, "ask.sh", 'cat >/dev/null\necho \'{"hookSpecificOutput": '
+                 '{"permissionDecision": "ask", "permissionDecisionReason": "reads are audited"}}\'\n')
+    user_hooks(tmp_path, monkeypatch, f'[[hooks.PreToolUse]]\nmatcher = "read_file"\ncommand = "{ask}"\n')
+    code, out, err, model = run_p(repo, [call("read_file", path="calc.py"), "Done."], full_auto())
+    assert code == 2  # -p has no one to ask
+    assert "approval required for read_file: a PreToolUse hook asks for approval" in err

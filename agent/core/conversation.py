@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterator, Protocol
 
 from tools import TOOLS, ToolContext, ToolResult, call_tool
 
-from ..approvals import decide, denylisted
+from ..approvals import Decision, decide, denylisted
 from ..backends.base import Backend, ModelError
 from ..cancel import CancelToken
 from ..config import Config
@@ -282,9 +282,11 @@ class Conversation:
             self._append({"role": "user", "content": "\n".join(results)})
         return stop
 
-    def _approve(self, call_id: str, call: ParsedCall, kind: str) -> Iterator[Event]:
-        """(approved, stop) for a call the policy may want a person to see."""
+    def _approve(self, call_id: str, call: ParsedCall, kind: str, ask: bool = False) -> Iterator[Event]:
+        """(approved, stop) for a call the policy (or, `ask`, a hook) wants a person to see."""
         decision = decide(self.cfg.approval_mode, kind, call.name, call.arguments, self.root)
+        if ask and not decision.ask:
+            decision = Decision(True, f"a PreToolUse hook asks for approval of {call.name}")
         if not decision.ask:
             return True, ""
         request = approval_request(call_id, call.name, kind, call.arguments, decision.reason, self.root)
@@ -308,7 +310,7 @@ class Conversation:
                                                        "tool_input": call.arguments}, call.name)
         if verdict.decision == "block":
             return ToolResult.error(f"a PreToolUse hook blocked this call: {verdict.reason}"), ""
-        result, stop = yield from self._run_one(call_id, call, tool, verdict.decision == "allow")
+        result, stop = yield from self._run_one(call_id, call, tool, verdict.decision)
         if not stop:
             post = yield from self._hook("PostToolUse", {
                 "tool_name": call.name, "tool_input": call.arguments,
@@ -318,14 +320,15 @@ class Conversation:
                 result = replace(result, output=f"{result.output}\n[PostToolUse hook] {extra}")
         return result, stop
 
-    def _run_one(self, call_id: str, call: ParsedCall, tool, hook_allowed: bool) -> Iterator[Event]:
+    def _run_one(self, call_id: str, call: ParsedCall, tool, hook: str) -> Iterator[Event]:
         """(result, stop) past the hooks: approval (skipped when a hook allowed the call, except
-        for a destructive command), snapshot, git protection, the call."""
+        for a destructive command; asked when a hook says "ask"), snapshot, git protection,
+        the call."""
         command = str(call.arguments.get("command", "")) if tool.kind == "shell" else ""
-        if hook_allowed and not (command and denylisted(command, self.root)):
+        if hook == "allow" and not (command and denylisted(command, self.root)):
             approved, stop = True, ""
         else:
-            approved, stop = yield from self._approve(call_id, call, tool.kind)
+            approved, stop = yield from self._approve(call_id, call, tool.kind, ask=hook == "ask")
         if stop:
             return ToolResult.error("not approved"), stop
         if not approved:
