@@ -143,14 +143,40 @@ def user_config_path() -> Path:
     return Path(base) / "spec-agent" / "config.toml"
 
 
+TABLES = ("mcp", "hooks")  # tables agent/extensions.py reads; not flat keys
+
+
+def check_repo_tables(values: dict[str, Any], specrc: Path, user: Path) -> list[str]:
+    """The server names a repo's `.specrc` enables; ConfigError for anything else it sets
+    in `[mcp]` or `[hooks]`."""
+    if "hooks" in values:
+        raise ConfigError(f"{specrc}: hooks may not be set by a repository's .specrc (a cloned repo "
+                     f"must not run programs); declare them in {user}")
+    mcp = values.get("mcp", {})
+    if not isinstance(mcp, dict):
+        raise ConfigError(f"{specrc}: [mcp] must be a table")
+    other = sorted(set(mcp) - {"enable"})
+    if other:
+        raise ConfigError(f"{specrc}: [mcp] may only name servers declared in {user} (enable = [...]); "
+                     f"'{other[0]}' is not allowed: a cloned repo must not start a program")
+    enable = mcp.get("enable", [])
+    if not isinstance(enable, list) or not all(isinstance(n, str) for n in enable):
+        raise ConfigError(f"{specrc}: [mcp] enable must be a list of strings")
+    return list(enable)
+
+
+
 def _file_layers(repo: Path | None) -> list[tuple[str, dict[str, Any]]]:
     """The user file then the repo's .specrc, each (path, values), where present."""
     layers: list[tuple[str, dict[str, Any]]] = []
     user, specrc = user_config_path(), (repo or Path.cwd()) / ".specrc"
     if user.is_file():
-        layers.append((str(user), _read_toml(user)))
+        values = _read_toml(user)
+        layers.append((str(user), {k: v for k, v in values.items() if k not in TABLES}))
     if specrc.is_file():
         values = _read_toml(specrc)
+        check_repo_tables(values, specrc, user)
+        values = {k: v for k, v in values.items() if k not in TABLES}
         for key in REPO_FORBIDDEN:
             if key in values:
                 raise ConfigError(

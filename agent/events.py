@@ -164,6 +164,15 @@ class ContextCompacted(Warning):
     limit: int = 0
 
 
+@dataclass(frozen=True)
+class HookActed(Warning):
+    """One of the user's hooks blocked, approved, added context, failed or timed out
+    (`message` says which); shown by every UI as a Warning is."""
+
+    event: str = ""  # PreToolUse | PostToolUse | UserPromptSubmit | Stop
+    decision: str = ""  # "" | block | allow | ask
+
+
 # ---- agent events ----------------------------------------------------------------------------
 
 

@@ -9,7 +9,9 @@ Loading models is slow: UIs call the loading methods off their UI thread.
 
 from __future__ import annotations
 
+import atexit
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -149,6 +151,12 @@ class Runtime:
         self.store: PrefixStore | None = None  # the PrefixStore, kept across model reloads
         self.conversation: Conversation | None = None
         self.suffix: SuffixFile | None = None  # the suffix index of earlier replies (local engine)
+        from .extensions import load as load_extensions
+
+        self.ext = load_extensions(self.root)  # [mcp] servers and [hooks]: ConfigError if bad
+        self.mcp: Any = None  # agent.mcp.McpManager once started
+        self._mcp_lock = threading.Lock()  # ACP may start servers while the model loads
+        self.notices: list[str] = []  # what starting the MCP servers reported, for the UIs
 
     # ---- engine ---------------------------------------------------------------------------
 
@@ -156,6 +164,7 @@ class Runtime:
         """Open the backend the config names: load the local models (slow) and build the model
         adapter, or connect to an OpenAI-compatible server (`engine = "openai"`)."""
         if self.cfg.engine == "openai":
+            self.start_mcp()
             self.use_model(open_openai(self.cfg))
             return
         from .backends.local import LocalModel
@@ -166,6 +175,7 @@ class Runtime:
         from .engine.session import Session
 
         cfg = self.cfg
+        self.start_mcp()  # before the model adapter: the grammar admits the servers' tools
         target_at = str(models.resolve(cfg.model)[1])  # a model not pulled: one error, before loading
         draft_at = str(models.resolve(cfg.draft_model)[1]) if cfg.draft_model else None
         for w in preload_warnings(target_at, draft_at, select_device(cfg.device), cfg.memory_headroom_gb):
@@ -251,9 +261,63 @@ class Runtime:
         if self.conversation is not None:
             self.conversation.approver = approver
 
+    def hooks(self, session_id: str) -> Any:
+        """The user's hooks for conversation `session_id`, or None when there are none."""
+        if not self.ext.hooks:
+            return None
+        from .core.hooks import HookRunner
+
+        return HookRunner(self.ext.hooks, session_id, self.root)
+
+    # ---- MCP servers ------------------------------------------------------------------------
+
+    def start_mcp(self, extra: tuple = ()) -> None:
+        """Start the configured MCP servers (once per Runtime; `extra`: ServerSpecs an ACP client
+        passed) and offer their tools: to the model adapter and to a conversation that has no
+        user message yet (its system prompt is rebuilt). Problems become warnings."""
+        with self._mcp_lock:
+            self._start_mcp(extra)
+
+    def _start_mcp(self, extra: tuple) -> None:
+        if self.mcp is None:
+            if not self.ext.servers and not extra:
+                return
+            from . import store
+            from .mcp import McpManager
+
+            self.mcp = McpManager(self.ext, store.home() / "mcp", self._notice)
+            atexit.register(self.close)  # the UIs close it themselves; this covers the rest
+        if self.mcp.started and not extra:
+            return
+        self.mcp.start(tuple(extra))
+        from .core.prompt import system_prompt, tools_for
+
+        if self.model is not None and hasattr(self.model, "tools"):
+            self.model.tools = tools_for(self.cfg.edit_format)
+        conv = self.conversation
+        if conv is not None and conv.user_messages == 0 and conv.messages:
+            native = bool(getattr(conv.model, "native_tools", False))
+            conv.messages[0] = {"role": "system", "content": system_prompt(
+                self.root, native, self.cfg.edit_format)}
+
+    def _notice(self, message: str) -> None:
+        self.notices.append(message)
+        self.warn(message)
+
+    def close(self) -> None:
+        """Stop the MCP servers (the UIs call this on exit)."""
+        mcp = getattr(self, "mcp", None)  # a Runtime made without __init__ (tests) has none
+        if mcp is not None:
+            mcp.close()
+            self.mcp = None
+
     def new_conversation(self, messages: list[dict[str, str]] | None = None, conv_id: str = ""):
-        """Start (or, with `messages`, resume) the conversation UIs send to."""
+        """Start (or, with `messages`, resume) the conversation UIs send to. With a model
+        already there (a scripted one, or after `load`), the MCP servers are started first."""
         from .core.conversation import Conversation, new_id
+
+        if self.model is not None:
+            self.start_mcp()
 
         conv_id = conv_id or new_id()
         record = self.history.recorder(conv_id) if self.history is not None else None
@@ -262,6 +326,7 @@ class Runtime:
         self.conversation = Conversation(self.model, self.ctx, self.cfg, git=self.git,
                                          approver=self.approver, messages=messages,
                                          conv_id=conv_id, on_message=record)
+        self.conversation.hooks = self.hooks(self.conversation.id)
         return self.conversation
 
     def resume(self, which: str) -> Conversation:

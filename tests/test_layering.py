@@ -19,18 +19,20 @@ ROOT = Path(__file__).resolve().parents[1]
 FOLDERS = {"core", "engine", "backends", "ui", "eval", "bench"}
 BASE = {"agent", "agent.choices", "agent.events", "agent.cancel", "agent.exit_codes",
         "agent.safe_input"}  # data, signals and the guarded readers of input
-_BELOW_RUNTIME = {"agent.backends", "agent.core", "agent.engine", "agent.models", "agent.store",
-                  "agent.config", "tools", *BASE}
+_BELOW_RUNTIME = {"agent.mcp", "agent.backends", "agent.core", "agent.engine", "agent.models", "agent.store",
+                  "agent.extensions", "agent.config", "tools", *BASE}
 ALLOWED: dict[str, set[str]] = {
     "tools": {"tools"},
     **{b: set(BASE) for b in BASE},
     "agent.engine": set(BASE),
     "agent.store": set(BASE),
     "agent.config": set(BASE),
+    "agent.extensions": {"agent.config", *BASE},  # the [mcp] and [hooks] tables
     "agent.models": {"agent.store", "agent.engine", *BASE},
-    "agent.core": {"tools", "agent.config", "agent.store", *BASE},
+    "agent.core": {"tools", "agent.extensions", "agent.config", "agent.store", *BASE},
     "agent.backends": {"agent.core", "agent.engine", "agent.config", "tools", *BASE},
-    "agent.ui": {"agent.core", "agent.config", "agent.store", "tools", *BASE},
+    "agent.ui": {"agent.core", "agent.extensions", "agent.config", "agent.store", "tools", *BASE},
+    "agent.mcp": {"agent.backends", "agent.extensions", "agent.config", "tools", *BASE},
     "agent.runtime": set(_BELOW_RUNTIME),
     "agent.eval": {"agent.runtime", *_BELOW_RUNTIME},
     "agent.bench": {"agent.runtime", "agent.ui", *_BELOW_RUNTIME},

@@ -16,7 +16,8 @@ from typing import Any
 from ._base import MAX_OUTPUT_CHARS, Tool, ToolContext, ToolResult
 from . import edit_file, git_diff, git_status, grep, list_files, read_file, run_shell, write_file
 
-__all__ = ["TOOLS", "Tool", "ToolContext", "ToolResult", "call_tool", "validate", "MAX_OUTPUT_CHARS"]
+__all__ = ["TOOLS", "Tool", "ToolContext", "ToolResult", "call_tool", "validate", "MAX_OUTPUT_CHARS",
+           "register", "unregister"]
 
 
 def _tool(module, kind: str = "read", paths: tuple[str, ...] = ()) -> Tool:
@@ -37,6 +38,21 @@ TOOLS: dict[str, Tool] = {
         _tool(git_diff),
     )
 }
+
+
+BUILTIN = frozenset(TOOLS)
+
+
+def register(tool: Tool) -> None:
+    """Add a tool from outside this package (an MCP server's) for the rest of the process."""
+    if tool.name in BUILTIN:
+        raise ValueError(f"'{tool.name}' is a built-in tool")
+    TOOLS[tool.name] = tool
+
+
+def unregister(name: str) -> None:
+    if name not in BUILTIN:
+        TOOLS.pop(name, None)
 
 
 def validate(name: str, arguments: Any) -> str:
@@ -61,6 +77,9 @@ SHELL_GRACE_S = 15.0  # run_shell: its own timeout plus this (killing a sandbox 
 
 
 def time_limit(name: str, ctx: ToolContext) -> float:
+    tool = TOOLS.get(name)
+    if tool is not None and tool.time_limit_s > 0:
+        return tool.time_limit_s
     return ctx.shell_timeout_s + SHELL_GRACE_S if name == "run_shell" else TOOL_TIME_LIMIT_S
 
 

@@ -54,6 +54,7 @@ class Tool:
     fn: Callable[..., ToolResult]
     kind: str = "read"  # read | edit | shell: what the approval policy looks at
     paths: tuple[str, ...] = field(default=())  # argument names holding repo paths
+    time_limit_s: float = 0.0  # wall clock for one call; 0 = tools.TOOL_TIME_LIMIT_S
 
 
 def cap(text: str, limit: int) -> str:

@@ -83,6 +83,12 @@ def _edit_rules(files: Mapping[str, str], generic: bool, edits_schema: dict, new
     return [f"edit_args: {_PATH_OPEN} ({' | '.join(alts)}) \"}}\""] + rules
 
 
+def _rule_name(name: str) -> str:
+    """`name` as a Lark rule name (lower case, digits, `_`): other characters, upper case
+    letters included (MCP tools are named by their servers), become `_xHEX_`."""
+    return re.sub(r"[^a-z0-9_]", lambda m: f"_x{ord(m.group()):x}_", name)
+
+
 def tool_call_grammar(
     tools: Mapping[str, Any], files: Mapping[str, str] | None = None, generic_edit: bool = True
 ) -> str:
@@ -94,12 +100,13 @@ def tool_call_grammar(
     complete) `read_file` paths are limited to the listed files too."""
     alts, rules = [], []
     for name, tool in tools.items():
-        head = _lit(f'{{"name":"{name}","arguments":')
-        alts.append(f"call_{name}")
+        head = _lit('{"name":' + json.dumps(name, ensure_ascii=False) + ',"arguments":')
+        rule = _rule_name(name)
+        alts.append(f"call_{rule}")
         if name == "edit_file" and files is not None:
             props = tool.schema["properties"]["edits"]
             item = props["items"]["properties"]
-            rules.append(f'call_{name}: {head} edit_args "}}"')
+            rules.append(f'call_{rule}: {head} edit_args "}}"')
             rules += _edit_rules(files, generic_edit, props, item["new"])
         else:
             schema = tool.schema
@@ -107,8 +114,8 @@ def tool_call_grammar(
                 # The listing is complete: a path to read must be one of the repo's files.
                 schema = json.loads(json.dumps(schema))
                 schema["properties"]["path"] = {"enum": sorted(files)}
-            rules.append(f'call_{name}: {head} args_{name} "}}"')
-            rules.append(f"args_{name}: {_json_rule(schema)}")
+            rules.append(f'call_{rule}: {head} args_{rule} "}}"')
+            rules.append(f"args_{rule}: {_json_rule(schema)}")
     top = [f'start: "\\n"? call "\\n"? {_lit(CLOSE)}', f"call: {' | '.join(alts)}"]
     return "\n".join(top + rules) + "\n"
 

@@ -6,6 +6,9 @@ One assistant turn is up to two `Session.generate` calls on the same, growing pr
 2. if it opened a call: the prompt plus the text so far (the session's prefix cache makes
    this nearly free), decoded under `agent.backends.grammar.tool_call_grammar` — schema-valid
    arguments, `edit_file` `old` texts taken from the files — until `</tool_call>`.
+A reply that is a call written without its markers (opening with `{"name"`, pretty-printed
+too, or such an object alone in a JSON code block naming a tool) is not kept: step 2 decodes
+the call under the grammar instead.
 With `constrain=False` step 2 runs unconstrained and the loop validates the call afterwards.
 When the model's chat template takes `tools` and asks for Hermes-style calls
 (`<tool_call>{"name": ..., "arguments": ...}</tool_call>`: Qwen2.5, Hermes, and others), the
@@ -24,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 from tools import ToolContext
 
 from ..cancel import CancelToken
-from ..core.callformat import CLOSE, OPEN, RESULT_OPEN, is_first_turn, read_paths
+from ..core.callformat import CLOSE, OPEN, RESULT_OPEN, call_bodies, is_first_turn, read_paths
 from ..events import Event, GenerationStats, TextDelta, Warning
 from .base import ModelError, tool_specs, wire_messages
 from .grammar import GrammarConstraint, candidate_files, ll_tokenizer, tool_call_grammar
@@ -36,6 +39,21 @@ if TYPE_CHECKING:
 
 _PROBE = "spec_agent_probe_tool"
 BARE_CALL = '{"name"'  # a reply opening like this is a call written without its markers
+# ... or in a JSON code block; compared with whitespace removed ('{\n  "name"' counts too)
+BARE_CALLS = (BARE_CALL, '```json{"name"', '```{"name"')
+
+
+def _squash(text: str) -> str:
+    return "".join(text.split())
+
+
+def is_bare_call(text: str) -> bool:
+    """Is `text` a call written without its markers: opening with `{"name"`, or a JSON code
+    block holding only a call object that names a tool (a JSON answer is not a call)?"""
+    squashed = _squash(text)
+    if squashed.startswith(BARE_CALL):
+        return True
+    return squashed.startswith(BARE_CALLS[1:]) and bool(call_bodies(text))
 
 
 def template_takes_tools(tokenizer: Any) -> bool:
@@ -158,7 +176,7 @@ class LocalModel:
                         if why:
                             yield Warning(why)
                     start = "".join(d.text for d in held).lstrip()
-                    if holding and ev.finish_reason != "stop_string" and not start.startswith(BARE_CALL):
+                    if holding and ev.finish_reason != "stop_string" and not is_bare_call(start):
                         yield from held  # the reply ended without writing what was held
                     out.append(ev)
                     continue
@@ -167,7 +185,7 @@ class LocalModel:
                     out.append(ev.text)
                     if holding:
                         held.append(ev)
-                        start = "".join(d.text for d in held).lstrip()
+                        start = _squash("".join(d.text for d in held))
                         if any(h.startswith(start) or start.startswith(h) for h in holds):
                             continue
                         holding = False
@@ -197,13 +215,13 @@ class LocalModel:
             yield from self._call(messages, prompt, OPEN, None, cancel)
             return
         first: list = []
-        holds = (BARE_CALL,) if self.native_tools else (RESULT_OPEN, BARE_CALL)
+        holds = BARE_CALLS if self.native_tools else (_squash(RESULT_OPEN), *BARE_CALLS)
         stops = [OPEN] if self.native_tools else [OPEN, RESULT_OPEN]
         yield from self._stream(prompt, first, stop_strings=stops, cancel=cancel, holds=holds)
         stats = first.pop()
         text = "".join(first).strip()
         mimic = stats.finish_reason == "stop_string" and text == RESULT_OPEN
-        if mimic or text.startswith(BARE_CALL):
+        if mimic or is_bare_call(text):
             # Small models imitate a tool result after a call (only tools write those), or
             # write a call's JSON without its markers: either way they want a call, so the
             # text is dropped and a call is decoded under the grammar instead.

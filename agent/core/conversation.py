@@ -15,17 +15,19 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Protocol
 
 from tools import TOOLS, ToolContext, ToolResult, call_tool
 
-from .approvals import decide
+from tools.denylist import denylisted
+
+from .approvals import Decision, decide
 from .backend import Backend, ModelError
 from ..cancel import CancelToken
 from ..config import Config
 from ..events import (AgentResult, ApprovalRequest, ApprovalRequired, AssistantMessage,
-                      ContextCompacted, Event, GenerationStats, GitAction, RunStopped, TextDelta,
+                      ContextCompacted, Event, GenerationStats, GitAction, HookActed, RunStopped, TextDelta,
                       ToolCallFinished, ToolCallStarted, TurnStarted, TurnStats, Warning)
 from .git import GitGuard, GitSafetyError
 from .budget import Budget
@@ -76,7 +78,8 @@ class Usage:
 
 
 # Every stop but "answered" is a run that did not deliver (agent/exit_codes.py gives each a code).
-ERROR_STOPS = ("error", "approval_required", "cancelled", "repetition", "max_turns", "max_tokens")
+ERROR_STOPS = ("error", "approval_required", "cancelled", "repetition", "max_turns", "max_tokens", "blocked")
+MAX_STOP_HOOK_TURNS = 3  # a Stop hook may send the model back at most this often per message
 CUT_SHORT = ("cancelled", "repetition")  # turns stopped mid-way: a half-written call is dropped
 NOT_RUN = "not run: the user cancelled before this call"
 
@@ -90,6 +93,8 @@ class _Run:
     usage: Usage = field(default_factory=Usage)
     turn: int = 0
     last_text: str = ""
+    task_text: str = ""  # the message with context a UserPromptSubmit hook added
+    stop_hook_turns: int = 0  # times a Stop hook kept the model going
 
 
 class Conversation:
@@ -114,6 +119,7 @@ class Conversation:
         self.budget = Budget()  # what the model reads of the history (see core/budget.py)
         self.always: set[str] = set()  # approval scopes the user answered "always" for
         self._warned = False
+        self.hooks: Any = None  # agent.core.hooks.HookRunner: the user's hooks, if any
 
     # ---- state ---------------------------------------------------------------------------
 
@@ -155,6 +161,11 @@ class Conversation:
         if self.git.warning and not self._warned:
             self._warned = True
             yield Warning(self.git.warning)
+        blocked = yield from self._prompt_hooks(run, text)
+        if blocked:
+            yield from self._finish(run, "blocked", blocked)
+            return
+        text = run.task_text or text
         if self.cfg.attach_mentioned:
             text, _ = attach_mentions(text, self.ctx, plain=True, listing=self.user_messages == 0)
         self._append({"role": "user", "content": text})
@@ -180,6 +191,11 @@ class Conversation:
                 if stop:
                     yield from self._finish(run, "approval_required", stop)
                     return
+            if not calls and not run.cancel.cancelled:
+                more = yield from self._stop_hooks(run)
+                if more:
+                    self._append({"role": "user", "content": more})
+                    continue
             if not calls:
                 if run.cancel.cancelled:
                     yield from self._finish(run, "cancelled", "cancelled")
@@ -279,9 +295,11 @@ class Conversation:
             self._append({"role": "user", "content": "\n".join(results)})
         return stop
 
-    def _approve(self, call_id: str, call: ParsedCall, kind: str) -> Iterator[Event]:
-        """(approved, stop) for a call the policy may want a person to see."""
+    def _approve(self, call_id: str, call: ParsedCall, kind: str, ask: bool = False) -> Iterator[Event]:
+        """(approved, stop) for a call the policy (or, `ask`, a hook) wants a person to see."""
         decision = decide(self.cfg.approval_mode, kind, call.name, call.arguments, self.root)
+        if ask and not decision.ask:
+            decision = Decision(True, f"a PreToolUse hook asks for approval of {call.name}")
         if not decision.ask:
             return True, ""
         request = approval_request(call_id, call.name, kind, call.arguments, decision.reason, self.root)
@@ -297,11 +315,33 @@ class Conversation:
         return answer in ("yes", "always"), ""
 
     def _one_call(self, call_id: str, call: ParsedCall) -> Iterator[Event]:
-        """(result, stop): run one call through validation, approval and git protection."""
+        """(result, stop): run one call through validation, hooks, approval and git protection."""
         if call.error:
             return ToolResult.error(call.error), ""
         tool = TOOLS[call.name]
-        approved, stop = yield from self._approve(call_id, call, tool.kind)
+        verdict = yield from self._hook("PreToolUse", {"tool_name": call.name,
+                                                       "tool_input": call.arguments}, call.name)
+        if verdict.decision == "block":
+            return ToolResult.error(f"a PreToolUse hook blocked this call: {verdict.reason}"), ""
+        result, stop = yield from self._run_one(call_id, call, tool, verdict.decision)
+        if not stop:
+            post = yield from self._hook("PostToolUse", {
+                "tool_name": call.name, "tool_input": call.arguments,
+                "tool_response": {"ok": result.ok, "output": result.output}}, call.name)
+            extra = post.reason if post.decision == "block" else post.context
+            if extra:
+                result = replace(result, output=f"{result.output}\n[PostToolUse hook] {extra}")
+        return result, stop
+
+    def _run_one(self, call_id: str, call: ParsedCall, tool, hook: str) -> Iterator[Event]:
+        """(result, stop) past the hooks: approval (skipped when a hook allowed the call, except
+        for a destructive command; asked when a hook says "ask"), snapshot, git protection,
+        the call."""
+        command = str(call.arguments.get("command", "")) if tool.kind == "shell" else ""
+        if hook == "allow" and not (command and denylisted(command, self.root)):
+            approved, stop = True, ""
+        else:
+            approved, stop = yield from self._approve(call_id, call, tool.kind, ask=hook == "ask")
         if stop:
             return ToolResult.error("not approved"), stop
         if not approved:
@@ -349,6 +389,38 @@ class Conversation:
         if sha:
             files = tuple(sorted(set(changed)))
             yield GitAction("commit", f"committed the agent's edits as {sha}", sha, files)
+
+    # ---- hooks --------------------------------------------------------------------------------
+
+    def _hook(self, event: str, payload: dict[str, Any], tool: str = "") -> Iterator[Event]:
+        """Run the user's `event` hooks; their notes become HookActed events."""
+        from .hooks import HookOutcome
+
+        if self.hooks is None or not self.hooks.has(event):
+            return HookOutcome()
+        outcome = self.hooks.run(event, payload, tool)
+        for note in outcome.notes:
+            yield HookActed(note, event=event, decision=outcome.decision)
+        return outcome
+
+    def _prompt_hooks(self, run: _Run, text: str) -> Iterator[Event]:
+        """UserPromptSubmit: '' to go on (run.task_text may gain context), or why it was blocked."""
+        verdict = yield from self._hook("UserPromptSubmit", {"prompt": text})
+        if verdict.decision == "block":
+            return f"a UserPromptSubmit hook blocked the message: {verdict.reason}"
+        if verdict.context:
+            run.task_text = f"{text}\n\n{verdict.context}"
+        return ""
+
+    def _stop_hooks(self, run: _Run) -> Iterator[Event]:
+        """Stop: '' to stop, or the reason a hook gave for going on (the model reads it)."""
+        if run.stop_hook_turns >= MAX_STOP_HOOK_TURNS:
+            return ""
+        verdict = yield from self._hook("Stop", {"stop_hook_active": run.stop_hook_turns > 0})
+        if verdict.decision != "block":
+            return ""
+        run.stop_hook_turns += 1
+        return f"[Stop hook] {verdict.reason or 'keep going'}"
 
     def _finish(self, run: _Run, reason: str, error: str = "") -> Iterator[Event]:
         yield RunStopped(reason, run.turn)

@@ -9,6 +9,7 @@ when every program it runs was approved so); destructive commands are never cove
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +50,8 @@ def describe_scope(scope: str) -> str:
     """What "always" covers, in words, for an approval to show (control characters escaped)."""
     if scope == "edits":
         return "all file edits"
+    if scope.startswith("tool:"):
+        return shown(f"every call of {scope[len('tool:'):]}", keep_newlines=False)
     return shown(", ".join(f"`{k.split(':', 1)[1]}`" for k in scope_keys(scope)) + " commands",
                  keep_newlines=False)
 
@@ -57,9 +60,11 @@ def approval_request(call_id: str, name: str, kind: str, arguments: dict[str, An
                      root: Path) -> ApprovalRequest:
     if kind == "edit":
         preview = edit_preview(root, name, arguments)
+    elif kind == "mcp":
+        preview = f"{name} " + json.dumps(arguments, ensure_ascii=False, indent=1)[:2000]
     else:
         preview = f"$ {arguments.get('command', '')}\n(in {root})"
-    scope = scope_of(kind, arguments)
+    scope = f"tool:{name}" if kind == "mcp" else scope_of(kind, arguments)
     destructive = reason.startswith("destructive")
     # what every UI shows comes from here: control characters escaped (agent/core/shown.py)
     return ApprovalRequest(call_id, name, dict(arguments), shown(reason, keep_newlines=False), kind,

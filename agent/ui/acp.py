@@ -120,6 +120,14 @@ class SpecAgent:
                 raise RequestError.invalid_params({"details": str(e)}) from None
         return self.runtimes[root]
 
+    async def _start_mcp(self, runtime: Any, servers: list[Any] | None) -> None:
+        """Start the user's MCP servers and those the client passed (off the event loop: a
+        server may take seconds to start); problems are logged, never fatal."""
+        from ..extensions import specs_from_acp
+
+        specs = specs_from_acp(servers, lambda m: log.warning("%s", m))
+        await asyncio.get_running_loop().run_in_executor(None, runtime.start_mcp, specs)
+
     def _modes(self, conversation: Any) -> SessionModeState:
         return SessionModeState(current_mode_id=conversation.cfg.approval_mode,
                                 available_modes=session_modes())
@@ -133,15 +141,16 @@ class SpecAgent:
         return session
 
     async def new_session(self, cwd: str, mcp_servers: list[Any] | None = None, **_: Any) -> NewSessionResponse:
-        _ignore_mcp(mcp_servers)
-        session = self._open(self._runtime(cwd))
+        runtime = self._runtime(cwd)
+        await self._start_mcp(runtime, mcp_servers)
+        session = self._open(runtime)
         log.info("session %s in %s", session.id, session.runtime.root)
         return NewSessionResponse(session_id=session.id, modes=self._modes(session.conversation))
 
     async def load_session(self, cwd: str, session_id: str, mcp_servers: list[Any] | None = None,
                            **_: Any) -> LoadSessionResponse:
-        _ignore_mcp(mcp_servers)
         runtime = self._runtime(cwd)
+        await self._start_mcp(runtime, mcp_servers)
         old = self.sessions.get(session_id)
         if old is not None and old.cancel is not None:
             raise RequestError.invalid_request({"details": f"session {session_id} is answering a prompt"})
@@ -250,12 +259,12 @@ class SpecAgent:
         if self.load_job is not None:
             self.load_job.result()  # a failed load fails every prompt with its reason
         if runtime is self.primary or runtime.model is not None:
-            return runtime.model
+            return _with_tools(runtime)
         model = self.primary.model
         if hasattr(model, "for_workspace"):  # the same engine and caches, this workspace's files
             model = model.for_workspace(runtime.ctx)
         runtime.use_model(model)
-        return model
+        return _with_tools(runtime)
 
     async def _pump(self, session_id: str, queue: asyncio.Queue) -> None:
         """Send the engine thread's updates in order until it is done; adjacent text chunks
@@ -303,6 +312,8 @@ class SpecAgent:
         if mx is not None and hasattr(mx, "clear_streams"):
             self.pool.submit(mx.clear_streams)
         self.pool.shutdown(wait=True, cancel_futures=False)
+        for runtime in {id(r): r for r in (self.primary, *self.runtimes.values())}.values():
+            runtime.close()  # the MCP servers
 
 
 def merge_text(updates: list[Any]) -> list[Any]:
@@ -349,9 +360,14 @@ def _log_load(job: concurrent.futures.Future) -> None:
         log.info("model loaded")
 
 
-def _ignore_mcp(servers: list[Any] | None) -> None:
-    if servers:
-        log.warning("ignoring %d MCP server(s): spec-agent uses its own tools only", len(servers))
+def _with_tools(runtime: Any) -> Any:
+    """`runtime`'s model adapter offering the tools registered now (MCP servers' included)."""
+    from ..core.prompt import tools_for
+
+    model = runtime.model
+    if model is not None and hasattr(model, "tools"):
+        model.tools = tools_for(runtime.cfg.edit_format)
+    return model
 
 
 # ---- serving on stdio ------------------------------------------------------------------------

@@ -122,6 +122,7 @@ class Repl:
         if mx is not None and hasattr(mx, "clear_streams"):
             self.engine.submit(mx.clear_streams).result()
         self.engine.shutdown(wait=True)
+        self.rt.close()  # the MCP servers
 
     # ---- one input line ----------------------------------------------------------------------
 
@@ -143,6 +144,9 @@ class Repl:
 
     def _slash(self, line: str) -> bool:
         reply = self.on_engine(slash.run, self.rt, line)  # /model and /draft load weights
+        if reply.action == "send" and not reply.error:  # a custom command: its text is the message
+            self.send(reply.text, summary=line)
+            return True
         if reply.text:
             self.write(("error: " if reply.error else "") + reply.text.rstrip("\n") + "\n")
         if reply.action == "quit":
@@ -383,8 +387,9 @@ class ReplCompleter(Completer):
     def get_completions(self, document, complete_event) -> Iterator[Completion]:
         text = document.text_before_cursor
         if text.startswith("/") and not any(c.isspace() for c in text):
-            for name in slash.complete(text):
-                yield Completion(name, -len(text), display_meta=slash.COMMANDS[name[1:]].help)
+            commands = slash.available(self.ctx.root)
+            for name in slash.complete(text, self.ctx.root):
+                yield Completion(name, -len(text), display_meta=commands[name[1:]].help)
             return
         m = self.MENTION_AT_END.search(text)
         if m:

@@ -17,7 +17,7 @@ from tools import git
 @dataclass(frozen=True)
 class Reply:
     text: str = ""
-    action: str = ""  # "" | "quit" | "clear" | "tokens"
+    action: str = ""  # "" | "quit" | "clear" | "tokens" | "send" (send `text` as a message)
     error: bool = False
 
 
@@ -28,11 +28,16 @@ class Command:
     help: str
     fn: Callable[[Any, str], Reply]
     slow: bool = False  # loads models: run it on a worker thread
+    custom: bool = False  # a Markdown file's text to send (agent/ui/custom_commands.py)
 
 
 def _help(rt, arg: str) -> Reply:
     lines = ["Commands:"]
     lines += [f"  /{c.name} {c.usage}".rstrip().ljust(30) + c.help for c in COMMANDS.values()]
+    custom = [c for c in available(rt.root).values() if c.custom]
+    if custom:
+        lines += ["", "Custom commands (.spec-agent/commands/, ~/.config/spec-agent/commands/):"]
+        lines += [f"  /{c.name} {c.usage}".rstrip().ljust(30) + c.help for c in custom]
     lines += ["", "Also: @path attaches a file, !command runs a shell command and adds its "
               "output, Esc or Ctrl+C cancels, Ctrl+C twice quits."]
     return Reply("\n".join(lines))
@@ -126,6 +131,18 @@ def _config(rt, arg: str) -> Reply:
     return Reply("\n".join(f"{f.name} = {getattr(rt.cfg, f.name)!r}" for f in fields(rt.cfg)))
 
 
+def _mcp(rt, arg: str) -> Reply:
+    mcp = getattr(rt, "mcp", None)
+    if mcp is None:
+        declared = getattr(getattr(rt, "ext", None), "declared", ())
+        if declared:
+            return Reply("MCP servers declared but none enabled here: " + ", ".join(declared)
+                         + " (enabled = false; a repo's .specrc may enable them with [mcp] enable)")
+        return Reply("no MCP servers: declare them in your config file as [mcp.servers.NAME] "
+                     'with command = "..." or url = "..."')
+    return Reply(mcp.listing())
+
+
 def _quit(rt, arg: str) -> Reply:
     return Reply(action="quit")
 
@@ -151,29 +168,46 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
             _setter("approval_mode", "approval mode", ("suggest", "auto-edit", "full-auto"))),
     Command("stats", "", "figures for this conversation", _stats),
     Command("config", "", "the effective configuration", _config),
+    Command("mcp", "", "MCP servers: their state and tools", _mcp),
     Command("tokens", "", "colour text by where each token came from", _tokens),
     Command("quit", "", "leave spec-agent", _quit),
 )}
 
 
-def parse(line: str) -> tuple[Command | None, str]:
-    """(command, its argument text) for a `/name args` line; (None, error) otherwise."""
+def _custom(c) -> Command:
+    def fn(rt, arg: str) -> Reply:
+        return Reply(c.expand(arg), action="send")
+    return Command(c.name, c.hint, c.description, fn, custom=True)
+
+
+def available(root=None) -> dict[str, Command]:
+    """The built-in commands, then the custom ones for repository `root`."""
+    from .custom_commands import load
+
+    return {**COMMANDS, **{n: _custom(c) for n, c in load(root, set(COMMANDS)).items()}}
+
+
+def parse(line: str, root=None) -> tuple[Command | None, str]:
+    """(command, its argument text) for a `/name args` line; (None, error) otherwise.
+    `root`: the repository, whose custom commands count too."""
     name, _, arg = line.strip()[1:].partition(" ")
-    cmd = COMMANDS.get(name)
+    commands = available(root) if root is not None else COMMANDS
+    cmd = commands.get(name)
     if cmd is None:
-        near = [n for n in COMMANDS if n.startswith(name)] if name else []
+        near = [n for n in commands if n.startswith(name)] if name else []
         hint = f"; did you mean /{near[0]}?" if len(near) == 1 else "; /help lists commands"
         return None, f"unknown command /{name}{hint}"
     return cmd, arg.strip()
 
 
 def run(rt, line: str) -> Reply:
-    cmd, arg = parse(line)
+    cmd, arg = parse(line, getattr(rt, "root", None))
     if cmd is None:
         return Reply(arg, error=True)
     return cmd.fn(rt, arg)
 
 
-def complete(prefix: str) -> list[str]:
-    """Command names (with their slash) that start with `prefix` (which starts with '/')."""
-    return [f"/{n}" for n in COMMANDS if f"/{n}".startswith(prefix)]
+def complete(prefix: str, root=None) -> list[str]:
+    """Command names (with their slash) that start with `prefix` (which starts with '/'),
+    the custom commands of repository `root` included."""
+    return [f"/{n}" for n in available(root) if f"/{n}".startswith(prefix)]

@@ -39,7 +39,7 @@ from .tui_widgets import ChatView, Completions, Legend, PromptInput, call_summar
 
 QUIT_WINDOW_S = 2.0  # a second Ctrl+C within this long quits
 SHUTDOWN_WAIT_S = 60.0  # for the engine thread to finish its round (or a model load) on exit
-UI_COMMANDS = ("help", "tokens", "quit", "config", "stats")  # run on the UI thread, at once
+UI_COMMANDS = ("help", "tokens", "quit", "config", "stats", "mcp")  # run on the UI thread, at once
 MENTION_AT_CURSOR = re.compile(r"(?:^|\s)@([\w./\-]*)$")
 
 
@@ -70,6 +70,7 @@ class AgentApp(App[int]):
         self.engine_started = False
         self.engine_tid = 0  # the engine thread's OS id, once it runs
         self._hint_timer: Timer | None = None
+        self.queued: list[str] = []  # messages sent while the engine was busy, oldest first
 
     def compose(self) -> ComposeResult:
         yield ChatView(id="chat")
@@ -167,21 +168,38 @@ class AgentApp(App[int]):
         if text.startswith("/"):
             self.prompt.remember(text)
             self._slash(text)
-        elif self.busy:
-            self._flash("busy: wait for the answer, or Esc to cancel")
-        elif text.startswith("!"):
+        else:
             self.prompt.remember(text)
+            self._queue(text) if self.busy else self._dispatch(text)
+
+    def _queue(self, text: str) -> None:
+        """Keep a message sent while the model loads or answers; it is sent when it is done."""
+        self.queued.append(text)
+        first = text.splitlines()[0]
+        self.chat.add_note(f"queued: {first[:80]}{'…' if len(first) > 80 else ''} "
+                           "(sent when the model is ready)")
+        self._flash(f"{len(self.queued)} message(s) queued · Esc cancels the running one")
+
+    def _dispatch(self, text: str) -> None:
+        """Send a message or run a `!command` (the engine is idle)."""
+        if text.startswith("!"):
             self.chat.add_user(text)
             self._submit("shell", partial(self.engine.shell, text[1:].strip()))
         else:
-            self.prompt.remember(text)
             self.chat.add_user(text)
             self.cancel = CancelToken()
             self.status.phase = "thinking…"
             self._submit("send", partial(self.engine.send, text, self.cancel))
 
     def _slash(self, line: str) -> None:
-        cmd, _ = slash.parse(line)
+        cmd, _ = slash.parse(line, self.runtime.root)
+        if cmd is not None and cmd.custom:  # a command file's text, sent as a message
+            reply = slash.run(self.runtime, line)
+            if self.busy:
+                self._queue(reply.text)
+            else:
+                self._dispatch(reply.text)
+            return
         self.chat.add_user(line)
         if cmd is None or cmd.name in UI_COMMANDS:
             self._apply(line, slash.run(self.runtime, line))
@@ -224,7 +242,8 @@ class AgentApp(App[int]):
     def _candidates(self, before: str, first_line: bool) -> list[tuple[str, str]]:
         """Completions for the text before the cursor: `/command` or `@file`."""
         if first_line and before.startswith("/") and " " not in before:
-            return [(c, f"{c:<14} {slash.COMMANDS[c[1:]].help}") for c in slash.complete(before)]
+            commands = slash.available(self.runtime.root)
+            return [(c, f"{c:<14} {commands[c[1:]].help}") for c in slash.complete(before, self.runtime.root)]
         m = MENTION_AT_CURSOR.search(before)
         if m is None:
             return []
@@ -340,6 +359,11 @@ class AgentApp(App[int]):
             self.chat.add_note(f"exit code {code} (added to the conversation)\n{output.rstrip()}")
         if msg.kind == "load":
             self._show_settings()
+            for notice in self.runtime.notices:  # what starting the MCP servers reported
+                self.chat.add_note(f"warning: {notice}", "warn")
+            self.runtime.notices.clear()
+        if not self.busy and self.queued:
+            self._dispatch(self.queued.pop(0))
         if not self.busy:
             self.prompt.cursor_blink = True
             status.phase = "" if not (msg.error and msg.kind == "load") else "no model"
@@ -359,6 +383,7 @@ def run_tui(runtime: Any) -> int:
             app.engine.finished.wait(SHUTDOWN_WAIT_S)
         if app.engine_tid:
             wait_thread_gone(app.engine_tid)
+        runtime.close()
     return app.return_code or 0
 
 

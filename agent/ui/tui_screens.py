@@ -82,7 +82,7 @@ class SlashCommands(Provider):
 
     def _hits(self):
         app = self.app
-        for name, cmd in slash.COMMANDS.items():
+        for name, cmd in slash.available(app.runtime.root).items():
             label = f"/{name} {cmd.usage}".rstrip()
             yield label, cmd.help, partial(app.palette_command, name, bool(cmd.usage))
 

@@ -8,7 +8,9 @@ engine thread); none of them calls the model or the runtime.
 from __future__ import annotations
 
 import json
+import re
 import time
+from pathlib import Path
 from typing import Any, Callable
 
 from rich.console import Group, RenderableType
@@ -222,6 +224,34 @@ class ToolPanel(Static):
                           border_style="green" if ok else "red"))
 
 
+_FILE_OPEN = re.compile(r'<file path="([^"\n]+)">\n?')
+_EXT_LANG = {".py": "python", ".js": "javascript", ".ts": "typescript", ".rs": "rust", ".go": "go",
+             ".sh": "bash", ".json": "json", ".toml": "toml", ".yaml": "yaml", ".yml": "yaml",
+             ".md": "markdown", ".c": "c", ".h": "c", ".cpp": "cpp", ".java": "java", ".rb": "ruby",
+             ".html": "html", ".css": "css"}
+
+
+def reply_markdown(text: str) -> str:
+    """A reply as the view renders it: a `<file path="...">…</file>` block (the form files are
+    attached in, which models copy) becomes the path and a fenced code block; markdown would
+    drop it as HTML or run its lines together. An unclosed block (still streaming) runs to
+    the end."""
+    if '<file path="' not in text:
+        return text
+    out, pos = [], 0
+    for m in _FILE_OPEN.finditer(text):
+        if m.start() < pos:
+            continue
+        end = text.find("</file>", m.end())
+        body = text[m.end(): end if end >= 0 else len(text)].rstrip("\n")
+        lang = _EXT_LANG.get(Path(m.group(1)).suffix.lower(), "")
+        fence = "````" if "```" in body else "```"
+        out += [text[pos:m.start()].rstrip(" "), f"\n\n**{m.group(1)}**\n{fence}{lang}\n{body}\n{fence}\n\n"]
+        pos = end + len("</file>") if end >= 0 else len(text)
+    out.append(text[pos:])
+    return "".join(out)
+
+
 class _Markdown(Markdown):
     def on_mount(self) -> None:
         if isinstance(self.parent, AssistantBlock):  # after Markdown's own (empty) first update
@@ -282,7 +312,10 @@ class AssistantBlock(Vertical):
         if self.tokens:
             self._show_spans()
         elif self._shown < len(self.text) and self.final is None:
-            self._md.append(self.text[self._shown:])
+            if '<file path="' in self.text:  # re-rendered whole: the block is shown as code
+                self._md.update(reply_markdown(self.text))
+            else:
+                self._md.append(self.text[self._shown:])
             self._shown = len(self.text)
 
     def finish(self, text: str) -> None:
@@ -302,7 +335,7 @@ class AssistantBlock(Vertical):
         if self.tokens:
             self._show_spans()
         else:
-            self._md.update(self.final if self.final is not None else self.text)
+            self._md.update(reply_markdown(self.final if self.final is not None else self.text))
             self._shown = len(self.text)
 
     def _show_spans(self) -> None:
