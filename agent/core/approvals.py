@@ -26,7 +26,11 @@ class Decision:
 
 
 def decide(mode: str, kind: str, name: str, arguments: dict[str, Any], root: Path | None = None) -> Decision:
-    """Whether tool `name` (of `kind` read|edit|shell) needs approval in `mode`."""
+    """Whether tool `name` (of `kind` read|edit|shell|mcp) needs approval in `mode`."""
+    if kind == "mcp":  # another program, outside the sandbox: asks in every mode unless allowed
+        server = name.split("__")[1] if name.count("__") >= 2 else name
+        return Decision(True, f"{name} is a tool of the MCP server '{server}' (allow it with "
+                        f"allow = true or allow_tools in [mcp.servers.{server}])")
     if kind == "shell":
         why = denylisted(str(arguments.get("command", "")), root)
         if why:
