@@ -18,7 +18,8 @@ class ExitCode(NamedTuple):
 
 TABLE = (
     ExitCode(0, "finished", ("answered",), "the agent answered (-p), or the command succeeded"),
-    ExitCode(1, "error", ("error",), "the model, the server or git failed"),
+    ExitCode(1, "error", ("error", "blocked"), "the model, the server or git failed, or a hook "
+             "blocked the message"),
     ExitCode(2, "usage", (), "bad flags, config or input; a missing model (nothing was run)"),
     ExitCode(3, "did not finish", ("max_turns", "max_tokens", "repetition"),
              "stopped before an answer: --max-turns reached, the reply cut at --max-tokens, or "

@@ -142,24 +142,10 @@ def _renderer(args, runtime, conversation, write, err):
     return r
 
 
-def run_headless(task: str | None, args, cfg: Config, model=None,
-                 stdin: IO[str] | None = None) -> int:
-    """Run `task` (or, with `--input-format stream-json`, every user message on stdin) in a
-    new conversation or the one `--continue` / `--resume ID` names; returns the exit code.
-    `model` replaces the local engine (tests)."""
-    from .cancel import CancelToken
-    from .cancel import CancelOnSigint
-    from .config import workspace
-    from .core.history import HistoryStore
-    from .runtime import Runtime
-    from .ui.stream_json import LineWriter
+def _run_messages(runtime, args, task: str | None, inbox, write, model) -> tuple[int, int]:
+    """Each message through one conversation; (the last run's exit code, messages run)."""
+    from .cancel import CancelOnSigint, CancelToken
 
-    root = workspace(args)
-    write = LineWriter(sys.stdout)
-    inbox = None
-    if getattr(args, "input_format", "text") == "stream-json":
-        inbox = StreamInput(stdin if stdin is not None else sys.stdin, write)
-    runtime = Runtime(cfg, root, model=model, history=HistoryStore(root))
     if model is None:
         runtime.load()
     resume = "last" if getattr(args, "continue_last", False) else getattr(args, "resume", None)
@@ -176,6 +162,29 @@ def run_headless(task: str | None, args, cfg: Config, model=None,
                 renderer.handle(ev)
                 result = ev
         code, ran = for_stop_reason(getattr(result, "stop_reason", "")), ran + 1
+    return code, ran
+
+
+def run_headless(task: str | None, args, cfg: Config, model=None,
+                 stdin: IO[str] | None = None) -> int:
+    """Run `task` (or, with `--input-format stream-json`, every user message on stdin) in a
+    new conversation or the one `--continue` / `--resume ID` names; returns the exit code.
+    `model` replaces the local engine (tests)."""
+    from .config import workspace
+    from .core.history import HistoryStore
+    from .runtime import Runtime
+    from .ui.stream_json import LineWriter
+
+    root = workspace(args)
+    write = LineWriter(sys.stdout)
+    inbox = None
+    if getattr(args, "input_format", "text") == "stream-json":
+        inbox = StreamInput(stdin if stdin is not None else sys.stdin, write)
+    runtime = Runtime(cfg, root, model=model, history=HistoryStore(root))
+    try:
+        code, ran = _run_messages(runtime, args, task, inbox, write, model)
+    finally:
+        runtime.close()  # the MCP servers
     if inbox is not None and (inbox.error or not ran):
         print(f"spec-agent: error: {inbox.error or 'no user message on stdin'}", file=sys.stderr)
         return EXIT_USAGE

@@ -19,6 +19,7 @@ import pytest
 from scripted import SAMPLE, ScriptedModel, call, full_auto, make_repo
 
 from agent.config import Config
+from agent.exit_codes import for_stop_reason
 
 
 @pytest.fixture
@@ -79,7 +80,7 @@ def test_pre_tool_use_json_approves_a_call_the_mode_would_ask_for(repo, tmp_path
     assert 'name="run_shell" status="ok"' in model.seen[1][-1]["content"]
     # a destructive command still asks, whatever a hook says: no one to ask in -p
     code, *_ = run_p(repo, [call("run_shell", command="rm -rf /"), "Done."], cfg)
-    assert code == 2
+    assert code == for_stop_reason("approval_required")
 
 
 def test_a_hook_past_its_time_limit_is_killed_with_its_process_group(repo, tmp_path, monkeypatch):
@@ -156,5 +157,5 @@ def test_pre_tool_use_can_ask_for_approval_the_mode_would_skip(repo, tmp_path, m
                  '{"permissionDecision": "ask", "permissionDecisionReason": "reads are audited"}}\'\n')
     user_hooks(tmp_path, monkeypatch, f'[[hooks.PreToolUse]]\nmatcher = "read_file"\ncommand = "{ask}"\n')
     code, out, err, model = run_p(repo, [call("read_file", path="calc.py"), "Done."], full_auto())
-    assert code == 2  # -p has no one to ask
+    assert code == for_stop_reason("approval_required")  # -p has no one to ask
     assert "approval required for read_file: a PreToolUse hook asks for approval" in err

@@ -21,6 +21,7 @@ import pytest
 from scripted import SAMPLE, ScriptedModel, call, full_auto, make_repo
 
 from agent.config import Config, ConfigError, load_config
+from agent.exit_codes import for_stop_reason
 from agent.extensions import Extensions, ServerSpec, load as load_extensions
 from tools import TOOLS, ToolContext, call_tool
 
@@ -227,7 +228,7 @@ def test_an_mcp_call_needs_approval_unless_the_user_allows_it(tmp_path, monkeypa
     _user_config(tmp_path, monkeypatch, SERVER_TOML.replace("enabled = false", "enabled = true"))
     turns = [call("mcp__trips__book_trip", **TRIP), "Booked."]
     code, out, model = _run(repo, list(turns), full_auto())
-    assert code == 2 and out["stop_reason"] == "approval_required"
+    assert code == for_stop_reason("approval_required") == 4 and out["stop_reason"] == "approval_required"
     assert "mcp__trips__book_trip" in model.seen[0][0]["content"]  # described in the system prompt
 
     cfg_path = tmp_path / "xdg" / "spec-agent" / "config.toml"
