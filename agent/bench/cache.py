@@ -23,7 +23,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FILES = ["agent/engine/step.py", "agent/engine/sampling.py", "agent/cancel.py",
          "agent/engine/speculative.py", "agent/engine/drafters.py", "agent/engine/session.py"]
 TASK = "The engine's step module needs docstrings on every function. Read it and the modules " \

@@ -51,7 +51,7 @@ EDIT_TOOL = {
 def workloads() -> dict[str, tuple[list[dict], list[dict] | None]]:
     """name -> (chat messages, tools): write a function, explain real code, a JSON tool call,
     a copy-heavy edit of a real file of this project."""
-    errors_py = (Path(__file__).parent / "errors.py").read_text()
+    errors_py = (Path(__file__).parents[1] / "engine" / "errors.py").read_text()
     dedent_src = inspect.getsource(textwrap.dedent)
     user = lambda text: [{"role": "user", "content": text}]  # noqa: E731
     return {
