@@ -141,15 +141,24 @@ def build_parser() -> argparse.ArgumentParser:
 def _eval_parser(sub) -> None:
     ev = sub.add_parser("eval", help="run the agent on the eval tasks and check the results",
                         argument_default=argparse.SUPPRESS)
-    ev.add_argument("--subset", choices=["all", "tune", "check"], default="all",
-                    help="tune: tasks used to improve the agent; check: held-out tasks")
+    ev.add_argument("--suite", choices=["tasks", "exercism"], default="tasks",
+                    help="tasks: the agent's own eval tasks; exercism: the Exercism Python "
+                    "exercises under Aider's two-try protocol")
+    ev.add_argument("--dir", type=Path, default=None,
+                    help="exercism: the exercises folder (default: $SPEC_AGENT_EXERCISM_DIR or "
+                    "../shared/benchmarks/exercism-python beside the project)")
+    ev.add_argument("--subset", default="",
+                    help="tune: used to improve the agent; check: held out; all (default); "
+                    "exercism also: tune10 or NAME,NAME")
     ev.add_argument("--tasks", default="", help="comma-separated task names (default: all)")
     ev.add_argument("--json", action="store_true", default=False, help="print one JSON object")
-    ev.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
-    ev.add_argument("--time-limit", type=float, default=300.0, metavar="SECONDS",
-                    help="per task (default 300)")
+    ev.add_argument("--out", type=Path, default=None, help="also write the JSON report here "
+                    "(exercism: JSON lines appended per exercise; a rerun skips those recorded)")
+    ev.add_argument("--time-limit", "--timeout", dest="time_limit", type=float, default=None,
+                    metavar="SECONDS", help="per task (default 300) / exercise (default 600)")
     ev.add_argument("--jobs", type=int, default=0,
-                    help="tasks run in parallel, one engine each (default: one per 4 cores)")
+                    help="tasks run in parallel, one engine each (default: one per 4 cores; "
+                    "exercism: 1)")
     ev.add_argument("--max-turns", type=int)
     ev.add_argument("--no-constrained-calls", dest="constrained_calls", action="store_const",
                     const=False)
@@ -236,6 +245,10 @@ def _dispatch(args, cfg, parser) -> int:
                       f"{r['status']}")
         return EXIT_OK
     if args.command == "eval":
+        if args.suite == "exercism":
+            from .eval.exercism_run import main as exercism_main
+
+            return exercism_main(args, cfg)
         from .eval.report import main as eval_main
 
         return eval_main(args, cfg)
