@@ -52,6 +52,14 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    "block; tool: through edit_file (search/replace) and write_file calls")
     g.add_argument("--no-attach-mentioned", dest="attach_mentioned", action="store_const",
                    const=False, help="do not attach the files a message names to it")
+    g.add_argument("--lint-cmd", metavar="CMD", help="after the agent's edits, run CMD on the "
+                   "edited files (besides the built-in syntax check); failures go back to it")
+    g.add_argument("--test-cmd", metavar="CMD", help="after the agent's edits, run CMD "
+                   "(e.g. 'pytest -q'); failures go back to the model")
+    g.add_argument("--no-auto-lint", dest="auto_lint", action="store_const", const=False,
+                   help="no syntax check or lint_cmd after edits")
+    g.add_argument("--max-fix-rounds", type=int, metavar="N",
+                   help="failed checks given back to the model per message (0 = off; default 2)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -171,7 +179,8 @@ def _flags(args: argparse.Namespace) -> dict:
             "top_p", "top_k", "min_p", "max_tokens", "device", "blas", "max_turns",
             "approval_mode", "auto_commit", "constrained_calls", "tool_choice", "dirty_files",
             "shell_timeout_s", "sandbox", "allow_network", "engine", "base_url", "tool_format",
-            "edit_format", "attach_mentioned", "repetition_penalty")
+            "edit_format", "attach_mentioned", "repetition_penalty", "lint_cmd", "test_cmd",
+            "auto_lint", "max_fix_rounds")
     out = {k: getattr(args, k, None) for k in keys}
     if args.command == "bench" and getattr(args, "what", "") in ("lookup", "grammar"):
         out["model"] = out["model"] or "embedded"  # fast; these measure the engine, not quality

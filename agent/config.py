@@ -70,6 +70,14 @@ class Config:
     tool_format: str = "auto"  # auto (the model's own where it has one) | native | text
     edit_format: str = "whole"  # whole (reply with the whole new file) | tool (edit_file/write_file)
     attach_mentioned: bool = True  # files a message names are attached to it
+    # The lint-and-test loop (agent/core/checks.py): after the agent edits files, compile the
+    # edited .py files (and ruff's fatal rules when installed), run lint_cmd on the edited
+    # files and test_cmd; a failure goes back to the model, at most max_fix_rounds times.
+    auto_lint: bool = True
+    lint_cmd: str = ""
+    auto_test: bool = True  # run test_cmd (when set) after edits
+    test_cmd: str = ""
+    max_fix_rounds: int = 2  # per message; 0 = the loop is off
 
 
 _CHOICES = {
@@ -92,7 +100,8 @@ _CHOICES = {
 # Nor may it send the code (and the user's API key) to a server of its choosing, or make
 # the snapshots that undo relies on expire early (a .specrc the agent itself wrote, too).
 REPO_FORBIDDEN = ("approval_mode", "dirty_files", "shell_timeout_s", "sandbox", "allow_network",
-                  "engine", "base_url", "snapshot_max_count", "snapshot_max_age_days")
+                  "engine", "base_url", "snapshot_max_count", "snapshot_max_age_days",
+                  "lint_cmd", "test_cmd")  # these two run commands
 
 # key: (test, what the value must be)
 _RANGES = {
@@ -116,6 +125,7 @@ _RANGES = {
     "connect_timeout_s": (lambda v: v > 0, "> 0"),
     "read_timeout_s": (lambda v: v > 0, "> 0"),
     "max_retries": (lambda v: 0 <= v <= 20, "between 0 and 20"),
+    "max_fix_rounds": (lambda v: 0 <= v <= 10, "between 0 (off) and 10"),
     "base_url": (lambda v: v == "" or v.startswith(("http://", "https://")),
                  "an http:// or https:// URL"),
 }

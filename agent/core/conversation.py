@@ -25,7 +25,7 @@ from ..backends.base import Backend, ModelError
 from ..cancel import CancelToken
 from ..config import Config
 from ..events import (AgentResult, ApprovalRequest, ApprovalRequired, AssistantMessage,
-                      ContextCompacted, Event, GenerationStats, GitAction, RunStopped, TextDelta,
+                      CheckRun, ContextCompacted, Event, GenerationStats, GitAction, RunStopped, TextDelta,
                       ToolCallFinished, ToolCallStarted, TurnStarted, TurnStats, Warning)
 from ..git import GitGuard, GitSafetyError
 from .budget import Budget
@@ -89,6 +89,8 @@ class _Run:
     usage: Usage = field(default_factory=Usage)
     turn: int = 0
     last_text: str = ""
+    edited: list[str] = field(default_factory=list)  # files changed since the last check
+    fix_rounds: int = 0  # failed checks fed back to the model
 
 
 class Conversation:
@@ -175,6 +177,11 @@ class Conversation:
                 if stop:
                     yield from self._finish(run, "approval_required", stop)
                     return
+            if not calls and not run.cancel.cancelled and run.edited:
+                note = yield from self._checks(run)
+                if note:
+                    self._append({"role": "user", "content": note})
+                    continue
             if not calls:
                 reason = "cancelled" if run.cancel.cancelled else "answered"
                 yield from self._finish(run, reason, "cancelled" if reason == "cancelled" else "")
@@ -262,6 +269,7 @@ class Conversation:
                 yield ToolCallFinished(call_id, call.name, result.ok, result.output)
                 results.append(format_result(call.name, result))
                 changed += result.changed
+                run.edited += result.changed
         finally:
             yield from self._commit(changed, run)
         if not stop and record:
@@ -308,6 +316,22 @@ class Conversation:
                     yield GitAction("protect", note)
                 self.git.notes.clear()
         return call_tool(call.name, call.arguments, self.ctx), ""
+
+    def _checks(self, run: _Run) -> Iterator[Event]:
+        """Check the files edited since the last check (core/checks.py); returns the message
+        that gives a failure back to the model, or '' (all passed, or the rounds are spent)."""
+        from .checks import feedback, run_checks
+
+        edited, run.edited = run.edited, []
+        if self.cfg.max_fix_rounds <= 0:
+            return ""
+        for out in run_checks(self.cfg, edited, self.ctx):
+            back = not out.ok and run.fix_rounds < self.cfg.max_fix_rounds
+            yield CheckRun(out.kind, out.command, out.ok, out.output, run.fix_rounds + 1, back)
+            if not out.ok:
+                run.fix_rounds += back
+                return feedback(out) if back else ""
+        return ""
 
     def _snapshot(self, call: ParsedCall) -> str:
         """Save the work tree before an action that may change it ('' or why it could not be)."""

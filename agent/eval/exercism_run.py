@@ -45,6 +45,8 @@ class Try:
     accepted: int = 0
     turns: int = 0
     test_output: str = ""
+    reply: str = ""  # the model's last message of the try (clipped)
+    solution: str = ""  # the solution file(s) as graded (clipped)
 
 
 @dataclass
@@ -81,7 +83,7 @@ def _one_try(conv, text: str, cancel: CancelToken) -> Try:
             t.rejected += 1
         elif isinstance(ev, AgentResult):
             u = ev.usage
-            t.stop_reason, t.turns = ev.stop_reason, ev.num_turns
+            t.stop_reason, t.turns, t.reply = ev.stop_reason, ev.num_turns, ev.result[:1500]
             t.output_tokens, t.input_tokens = u.get("output_tokens", 0), u.get("input_tokens", 0)
             tps = u.get("decode_tps", 0.0)
             t.decode_s = t.output_tokens / tps if tps else 0.0
@@ -112,6 +114,7 @@ def run_exercise(ex: Exercise, cfg: Config, model_for: Callable[[Any], Any], tim
                 t = _one_try(conv, message, cancel)
                 restore_tests(ex, repo)
                 t.passed, t.test_output = grade(ex, repo)
+                t.solution = _solution(ex, repo)
                 tries.append(t)
                 if t.passed or cancel.cancelled:
                     break
@@ -121,6 +124,16 @@ def run_exercise(ex: Exercise, cfg: Config, model_for: Callable[[Any], Any], tim
         return _result(ex, tries, time.perf_counter() - t0, cancel.cancelled, settings or {})
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def _solution(ex: Exercise, repo: Path) -> str:
+    parts = []
+    for name in ex.solution:
+        try:
+            parts.append((repo / name).read_text(encoding="utf-8", errors="replace"))
+        except OSError:
+            parts.append("")
+    return "\n".join(parts)[:2000]
 
 
 def _result(ex: Exercise, tries: list[Try], wall: float, timed_out: bool,

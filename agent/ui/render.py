@@ -13,12 +13,13 @@ from __future__ import annotations
 import json
 from typing import IO, Any
 
-from ..events import (AgentResult, ApprovalRequired, AssistantMessage, Event, GenerationStats,
+from ..events import (AgentResult, ApprovalRequired, AssistantMessage, CheckRun, Event,
+                     GenerationStats,
                      GitAction, PrefillProgress, RunStopped, SpeculationChanged, TextDelta,
                      ToolCallFinished, ToolCallStarted, TurnStats, Warning)
 
 _STREAMED = (AssistantMessage, ToolCallStarted, ToolCallFinished, ApprovalRequired, GitAction,
-             Warning, TurnStats, SpeculationChanged)
+             Warning, TurnStats, SpeculationChanged, CheckRun)
 
 
 def format_stats(s: GenerationStats) -> str:
@@ -42,6 +43,14 @@ def _server_stats(s: GenerationStats) -> str:
     if s.drafted:
         parts.append(f"server drafts: {s.accepted}/{s.drafted} accepted")
     return "[" + ", ".join(parts) + "]"
+
+
+def check_line(ev: CheckRun) -> str:
+    """One line for a check of the agent's edits (the -p renderer, the REPL)."""
+    if ev.ok:
+        return f"check {ev.kind}: ok ({_short(ev.command, 80)})"
+    then = "sent back to the model" if ev.fed_back else "fix rounds spent"
+    return f"check {ev.kind}: FAILED ({_short(ev.command, 80)}), {then}: {_short(ev.output, 160)}"
 
 
 def _short(text: str, n: int = 200) -> str:
@@ -85,6 +94,8 @@ class Renderer:
             msg = f"  {'ok' if ev.ok else 'failed'}: {_short(ev.output, 160)}"
         elif isinstance(ev, (ApprovalRequired,)):
             msg = f"approval required for {ev.name}: {ev.reason}"
+        elif isinstance(ev, CheckRun):
+            msg = check_line(ev)
         elif isinstance(ev, GitAction):
             msg = f"git: {ev.message}"
         elif isinstance(ev, Warning):

@@ -19,7 +19,7 @@ from typing import Any
 from ..core.callformat import CLOSE, OPEN, RESULT_OPEN, strip_calls
 from ..core.preview import describe_scope
 from ..events import (AgentResult, ApprovalRequest, DecodeProgress, Event, GenerationStats,
-                      GitAction, PrefillProgress, RunStopped, SpeculationChanged, TextDelta,
+                      CheckRun, GitAction, PrefillProgress, RunStopped, SpeculationChanged, TextDelta,
                       ToolCallFinished, ToolCallStarted, TurnStarted, TurnStats, Warning)
 from .render import format_stats
 
@@ -190,6 +190,10 @@ class Transcript:
             return self.line(self._result(ev))
         elif isinstance(ev, GitAction):
             return self.line(f"git: {ev.message}")
+        elif isinstance(ev, CheckRun):
+            from .render import check_line
+
+            return self.line(check_line(ev))
         elif isinstance(ev, Warning):
             return self.line(f"warning: {ev.message}")
         elif isinstance(ev, RunStopped) and ev.reason in ("cancelled", "max_turns"):
