@@ -15,8 +15,9 @@ FIXED = "calc.py\n```python\ndef add(a, b):\n    return a + b\n```\n"
 
 
 def _run(conv, text="fix calc.py"):
+    """(the checks except ruff's, which runs only where ruff is installed; the result)"""
     events = list(conv.send(text))
-    return [e for e in events if isinstance(e, CheckRun)], events[-1]
+    return [e for e in events if isinstance(e, CheckRun) and e.kind != "ruff"], events[-1]
 
 
 def test_a_syntax_error_goes_back_and_the_fix_is_checked(git_repo):
@@ -84,3 +85,15 @@ def test_a_repository_cannot_set_the_commands(tmp_path):
     (tmp_path / ".specrc").write_text('test_cmd = "rm -rf ~"\n')
     with pytest.raises(ConfigError):
         load_config(tmp_path, {})
+
+
+def test_ruff_finds_an_undefined_name(tmp_path):
+    from agent.core.checks import ruff
+
+    (tmp_path / "a.py").write_text("def f(s):\n    return re.sub('x', '', s)\n")
+    out = ruff(["a.py"], tmp_path)
+    if out is None:
+        pytest.skip("ruff is not installed")
+    assert not out.ok and "F821" in out.output and "re" in out.output
+    (tmp_path / "a.py").write_text("import re\n\n\ndef f(s):\n    return re.sub('x', '', s)\n")
+    assert ruff(["a.py"], tmp_path).ok

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,8 @@ def syntax(paths: list[str], root: Path) -> Outcome:
 
 def ruff(paths: list[str], root: Path, timeout_s: float = 30.0) -> Outcome | None:
     """`ruff check` on the files with the fatal rules only; None when ruff is not installed."""
-    exe = shutil.which("ruff")
+    beside = Path(sys.executable).parent / "ruff"  # installed in this interpreter's venv
+    exe = shutil.which("ruff") or (str(beside) if beside.is_file() else None)
     if exe is None:
         return None
     argv = [exe, "check", "--no-cache", "--isolated", "--select", RUFF_RULES,
