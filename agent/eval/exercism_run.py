@@ -235,6 +235,8 @@ def run_all(exercises: list[Exercise], cfg: Config, time_limit_s: float, out: Pa
             f"{'PASS' if r.passed_2 else 'fail'}  {r.wall_s:6.1f} s  {r.output_tokens} tok"
             + (f"  {r.error}" if r.error else "") + ("  timeout" if r.timed_out else ""))
 
+    if not todo:
+        return results
     if jobs <= 1 or model_for is not None:
         if model_for is None:
             from .runner import local_model_factory
