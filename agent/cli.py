@@ -58,6 +58,9 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    "(e.g. 'pytest -q'); failures go back to the model")
     g.add_argument("--no-auto-lint", dest="auto_lint", action="store_const", const=False,
                    help="no syntax check or lint_cmd after edits")
+    g.add_argument("--resample-temperature", type=float, metavar="T",
+                   help="sample a reply that loops or repeats an earlier one again at T "
+                   "(0 = never; default 0.7)")
     g.add_argument("--max-fix-rounds", type=int, metavar="N",
                    help="failed checks given back to the model per message (0 = off; default 2)")
 
@@ -180,7 +183,7 @@ def _flags(args: argparse.Namespace) -> dict:
             "approval_mode", "auto_commit", "constrained_calls", "tool_choice", "dirty_files",
             "shell_timeout_s", "sandbox", "allow_network", "engine", "base_url", "tool_format",
             "edit_format", "attach_mentioned", "repetition_penalty", "lint_cmd", "test_cmd",
-            "auto_lint", "max_fix_rounds")
+            "auto_lint", "max_fix_rounds", "resample_temperature")
     out = {k: getattr(args, k, None) for k in keys}
     if args.command == "bench" and getattr(args, "what", "") in ("lookup", "grammar"):
         out["model"] = out["model"] or "embedded"  # fast; these measure the engine, not quality

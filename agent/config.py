@@ -78,6 +78,9 @@ class Config:
     auto_test: bool = True  # run test_cmd (when set) after edits
     test_cmd: str = ""
     max_fix_rounds: int = 2  # per message; 0 = the loop is off
+    # A reply that loops or repeats an earlier reply word for word is sampled again at this
+    # temperature (agent/core/resample.py); 0 = never.
+    resample_temperature: float = 0.7
 
 
 _CHOICES = {
@@ -126,6 +129,7 @@ _RANGES = {
     "read_timeout_s": (lambda v: v > 0, "> 0"),
     "max_retries": (lambda v: 0 <= v <= 20, "between 0 and 20"),
     "max_fix_rounds": (lambda v: 0 <= v <= 10, "between 0 (off) and 10"),
+    "resample_temperature": (lambda v: 0 <= v <= 2, "between 0 (off) and 2"),
     "base_url": (lambda v: v == "" or v.startswith(("http://", "https://")),
                  "an http:// or https:// URL"),
 }

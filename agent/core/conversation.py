@@ -193,17 +193,22 @@ class Conversation:
         yield from self._finish(run, "max_turns")
 
     def _model_turn(self, run: _Run) -> Iterator[Event]:
-        parts: list[str] = []
-        stats = None
+        from .resample import MAX_RESAMPLES, at_temperature, can_resample, reason
+
         messages = yield from self._fit()
-        for ev in self.model.generate(messages, run.cancel):
-            if isinstance(ev, TextDelta):
-                parts.append(ev.text)
-            if isinstance(ev, GenerationStats):
-                stats = ev
-            else:
-                yield ev
-        reply = "".join(parts)
+        reply, stats = yield from self._sample(messages, run)
+        temp = self.cfg.resample_temperature
+        for attempt in range(1, MAX_RESAMPLES + 1):
+            why = reason(reply, getattr(stats, "finish_reason", ""), self.messages)
+            if not why or temp <= 0 or run.cancel.cancelled or not can_resample(self.model):
+                break
+            yield Warning(f"{why}; sampling it again at temperature {temp:g}")
+            if stats is not None:  # the dropped reply's figures still count
+                run.usage.turns.append(stats)
+                self.usage.turns.append(stats)
+                yield TurnStats(run.turn, stats)
+            with at_temperature(self.model, temp, len(self.messages) * 100 + attempt):
+                reply, stats = yield from self._sample(messages, run)
         cut = stats is not None and stats.finish_reason in CUT_SHORT
         # A reply cut by a cancel keeps its text but not a half-written call.
         self._append({"role": "assistant", "content": strip_calls(reply) if cut else reply})
@@ -214,6 +219,19 @@ class Conversation:
             self.usage.turns.append(stats)
             yield TurnStats(run.turn, stats)
         return reply, stats
+
+    def _sample(self, messages: list[dict[str, str]], run: _Run) -> Iterator[Event]:
+        """One reply from the model: (text, its GenerationStats or None)."""
+        parts: list[str] = []
+        stats = None
+        for ev in self.model.generate(messages, run.cancel):
+            if isinstance(ev, TextDelta):
+                parts.append(ev.text)
+            if isinstance(ev, GenerationStats):
+                stats = ev
+            else:
+                yield ev
+        return "".join(parts), stats
 
     def _fit(self) -> Iterator[Event]:
         """The history as the model reads it, compacted first when it nears the window."""
