@@ -52,7 +52,9 @@ def test_resampling_is_bounded_and_can_be_off(git_repo):
     conv = conversation(git_repo, model, full_auto(edit_format="whole"))
     list(conv.send("change add"))
     list(conv.send("again"))
-    assert model.temps == [0.0, 0.0, 0.7, 0.7]  # two resamples, then the repeat stands
+    # Two resamples, then the repeat stands; it is pointed out once (a turn at 0.0, its repeat
+    # resampled, and the script has run out: "Done.").
+    assert model.temps == [0.0, 0.0, 0.7, 0.7, 0.0, 0.7]
     model = Sampled([CODE, CODE])
     conv = conversation(git_repo, model, full_auto(edit_format="whole", resample_temperature=0))
     list(conv.send("change add"))
@@ -67,3 +69,15 @@ def test_a_looping_reply_is_sampled_again(git_repo):
     assert isinstance(result, AgentResult) and result.stop_reason == "answered"
     assert model.temps == [0.0, 0.7]
     assert result.usage["model_turns"] == 2  # the dropped reply's figures count
+
+
+def test_a_repeat_that_survives_resampling_is_pointed_out_once(git_repo):
+    model = Sampled([CODE, CODE, CODE, CODE, OTHER, OTHER])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole"))
+    list(conv.send("change add"))
+    events = list(conv.send("the tests fail, fix add"))
+    assert model.temps == [0.0, 0.0, 0.7, 0.7, 0.0]  # then the nudge, greedy again
+    nudge = model.seen[-1][-1]
+    assert nudge["role"] == "user" and "word for word the same" in nudge["content"]
+    assert (git_repo / "calc.py").read_text() == "def add(a, b):\n    return b + a\n"
+    assert events[-1].stop_reason == "answered"

@@ -78,6 +78,8 @@ class Usage:
 ERROR_STOPS = ("error", "approval_required", "cancelled", "repetition")
 CUT_SHORT = ("cancelled", "repetition")  # turns stopped mid-way: a half-written call is dropped
 NOT_RUN = "not run: the user cancelled before this call"
+REPEATED = ("Your reply is word for word the same as your earlier one, so it changes nothing. "
+            "Read the message before it again and write a different reply.")
 
 
 @dataclass
@@ -91,6 +93,8 @@ class _Run:
     last_text: str = ""
     edited: list[str] = field(default_factory=list)  # files changed since the last check
     fix_rounds: int = 0  # failed checks fed back to the model
+    repeated: bool = False  # the last reply still repeats an earlier one (core/resample.py)
+    nudged: bool = False  # ... and the model was told so
 
 
 class Conversation:
@@ -177,6 +181,12 @@ class Conversation:
                 if stop:
                     yield from self._finish(run, "approval_required", stop)
                     return
+            if not calls and run.repeated and not run.nudged and not run.cancel.cancelled \
+                    and self.cfg.resample_temperature > 0:
+                run.nudged = True  # once per message: say so, and let it try again
+                yield Warning("the reply repeats an earlier one word for word; asking for another")
+                self._append({"role": "user", "content": REPEATED})
+                continue
             if not calls and not run.cancel.cancelled and run.edited:
                 note = yield from self._checks(run)
                 if note:
@@ -209,6 +219,8 @@ class Conversation:
                 yield TurnStats(run.turn, stats)
             with at_temperature(self.model, temp, len(self.messages) * 100 + attempt):
                 reply, stats = yield from self._sample(messages, run)
+        # A repeated code block changes nothing (a repeated short answer is harmless).
+        run.repeated = "```" in reply and bool(reason(reply, "", self.messages))
         cut = stats is not None and stats.finish_reason in CUT_SHORT
         # A reply cut by a cancel keeps its text but not a half-written call.
         self._append({"role": "assistant", "content": strip_calls(reply) if cut else reply})
