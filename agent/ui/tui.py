@@ -315,10 +315,11 @@ class AgentApp(App[int]):
         chat = self.chat
         if isinstance(ev, GitAction):
             chat.add_note(f"git: {ev.message}")
-        elif isinstance(ev, CheckRun):
+        elif isinstance(ev, CheckRun):  # failures only: the chat stays about the work
             from .render import check_line
 
-            chat.add_note(check_line(ev), "note" if ev.ok else "warn")
+            if not ev.ok:
+                chat.add_note(check_line(ev), "warn")
         elif isinstance(ev, Warning):
             chat.add_note(f"warning: {ev.message}", "warn")
         elif isinstance(ev, ApprovalRequired):
