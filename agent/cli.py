@@ -165,6 +165,9 @@ def _eval_parser(sub) -> None:
     ev.add_argument("--json", action="store_true", default=False, help="print one JSON object")
     ev.add_argument("--out", type=Path, default=None, help="also write the JSON report here "
                     "(exercism: JSON lines appended per exercise; a rerun skips those recorded)")
+    ev.add_argument("--summary-only", action="store_true", default=False,
+                    help="exercism: print the summary of the --out file's records for the "
+                    "subset; run nothing")
     ev.add_argument("--time-limit", "--timeout", dest="time_limit", type=float, default=None,
                     metavar="SECONDS", help="per task (default 300) / exercise (default 600)")
     ev.add_argument("--jobs", type=int, default=0,

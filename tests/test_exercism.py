@@ -16,7 +16,7 @@ from agent.eval.runner import eval_config
 from scripted import ScriptedModel
 
 ROOT = exm.default_dir()
-NAMES = ["accumulate", "acronym", "armstrong-numbers", "bob"]
+NAMES = ["accumulate", "acronym", "bob"]
 pytestmark = pytest.mark.skipif(not ROOT.is_dir(), reason=f"no exercises at {ROOT}")
 
 
@@ -127,3 +127,18 @@ def test_resume_skips_recorded_exercises(tmp_path):
 def test_unknown_names_are_one_clear_error():
     with pytest.raises(exm.ExercismError, match="unknown exercise"):
         exm.load_exercises(ROOT, "no-such-exercise")
+
+
+def test_summary_only_runs_nothing(tmp_path, capsys):
+    from agent.cli import main
+
+    out = tmp_path / "r.jsonl"
+    ex = exm.load_exercises(ROOT, "accumulate")[0]
+    run_all([ex], _cfg(), 60.0, out, model_for=lambda ctx: ScriptedModel([_reply(ex, _example(ex))]))
+    before = out.read_text()
+    argv = ["eval", "--suite", "exercism", "--dir", str(ROOT), "--subset", "accumulate,acronym",
+            "--summary-only", "--json", "--out", str(out)]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["summary"]["all"]["exercises"] == 1 and out.read_text() == before
+    assert main(["eval", "--suite", "exercism", "--subset", "nope", "--dir", str(ROOT)]) == 2

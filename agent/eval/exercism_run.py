@@ -295,7 +295,7 @@ def table(summary: dict[str, Any]) -> str:
 
 
 def main(args, cfg: Config) -> int:
-    from .exercism import default_dir, load_exercises
+    from .exercism import ExercismError, default_dir, load_exercises
     from .runner import eval_config
 
     exercises = load_exercises(args.dir or default_dir(), args.subset or "all")
@@ -305,8 +305,10 @@ def main(args, cfg: Config) -> int:
     log(f"exercism: {len(exercises)} exercises, model {cfg.model}, {args.jobs or 1} job(s), "
         f"time limit {limit:.0f} s per exercise")
     t0 = time.perf_counter()
-    results = run_all(exercises, cfg, limit, args.out, jobs=args.jobs or 1,
-                      settings=settings_of(cfg), log=log)
+    if args.summary_only and args.out is None:
+        raise ExercismError("--summary-only needs --out FILE.jsonl")
+    results = [] if args.summary_only else run_all(
+        exercises, cfg, limit, args.out, jobs=args.jobs or 1, settings=settings_of(cfg), log=log)
     names = {e.name for e in exercises}
     records = [r for r in read_results(args.out) if r["name"] in names] if args.out else \
         [r.to_dict() for r in results]
