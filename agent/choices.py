@@ -45,6 +45,8 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "connect_timeout_s": (lambda v: v > 0, "> 0"),
     "read_timeout_s": (lambda v: v > 0, "> 0"),
     "max_retries": (lambda v: 0 <= v <= 20, "between 0 and 20"),
+    "max_fix_rounds": (lambda v: 0 <= v <= 10, "between 0 (off) and 10"),
+    "resample_temperature": (lambda v: 0 <= v <= 2, "between 0 (off) and 2"),
     "base_url": (lambda v: v == "" or v.startswith(("http://", "https://")),
                  "an http:// or https:// URL"),
 }

@@ -57,6 +57,17 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    "block; tool: through edit_file (search/replace) and write_file calls")
     g.add_argument("--no-attach-mentioned", dest="attach_mentioned", action="store_const",
                    const=False, help="do not attach the files a message names to it")
+    g.add_argument("--lint-cmd", metavar="CMD", help="after the agent's edits, run CMD on the "
+                   "edited files (besides the built-in syntax check); failures go back to it")
+    g.add_argument("--test-cmd", metavar="CMD", help="after the agent's edits, run CMD "
+                   "(e.g. 'pytest -q'); failures go back to the model")
+    g.add_argument("--no-auto-lint", dest="auto_lint", action="store_const", const=False,
+                   help="no syntax check or lint_cmd after edits")
+    g.add_argument("--resample-temperature", type=float, metavar="T",
+                   help="sample a reply that loops or repeats an earlier one again at T "
+                   "(0 = never, the default; e.g. 0.7)")
+    g.add_argument("--max-fix-rounds", type=int, metavar="N",
+                   help="failed checks given back to the model per message (0 = off; default 2)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -164,15 +175,27 @@ def build_parser() -> argparse.ArgumentParser:
 def _eval_parser(sub) -> None:
     ev = sub.add_parser("eval", help="run the agent on the eval tasks and check the results",
                         argument_default=argparse.SUPPRESS)
-    ev.add_argument("--subset", choices=["all", "tune", "check"], default="all",
-                    help="tune: tasks used to improve the agent; check: held-out tasks")
+    ev.add_argument("--suite", choices=["tasks", "exercism"], default="tasks",
+                    help="tasks: the agent's own eval tasks; exercism: the Exercism Python "
+                    "exercises under Aider's two-try protocol")
+    ev.add_argument("--dir", type=Path, default=None,
+                    help="exercism: the exercises folder (default: $SPEC_AGENT_EXERCISM_DIR or "
+                    "../shared/benchmarks/exercism-python beside the project)")
+    ev.add_argument("--subset", default="",
+                    help="tune: used to improve the agent; check: held out; all (default); "
+                    "exercism also: tune10 or NAME,NAME")
     ev.add_argument("--tasks", default="", help="comma-separated task names (default: all)")
     ev.add_argument("--json", action="store_true", default=False, help="print one JSON object")
-    ev.add_argument("--out", type=Path, default=None, help="also write the JSON report here")
-    ev.add_argument("--time-limit", type=float, default=300.0, metavar="SECONDS",
-                    help="per task (default 300)")
+    ev.add_argument("--out", type=Path, default=None, help="also write the JSON report here "
+                    "(exercism: JSON lines appended per exercise; a rerun skips those recorded)")
+    ev.add_argument("--summary-only", action="store_true", default=False,
+                    help="exercism: print the summary of the --out file's records for the "
+                    "subset; run nothing")
+    ev.add_argument("--time-limit", "--timeout", dest="time_limit", type=float, default=None,
+                    metavar="SECONDS", help="per task (default 300) / exercise (default 600)")
     ev.add_argument("--jobs", type=int, default=0,
-                    help="tasks run in parallel, one engine each (default: one per 4 cores)")
+                    help="tasks run in parallel, one engine each (default: one per 4 cores; "
+                    "exercism: 1)")
     ev.add_argument("--max-turns", type=int)
     ev.add_argument("--no-constrained-calls", dest="constrained_calls", action="store_const",
                     const=False)
@@ -185,7 +208,8 @@ def _flags(args: argparse.Namespace) -> dict:
             "top_p", "top_k", "min_p", "max_tokens", "device", "blas", "max_turns",
             "approval_mode", "auto_commit", "constrained_calls", "tool_choice", "dirty_files",
             "shell_timeout_s", "sandbox", "allow_network", "engine", "base_url", "tool_format",
-            "edit_format", "attach_mentioned", "repetition_penalty")
+            "edit_format", "attach_mentioned", "repetition_penalty", "lint_cmd", "test_cmd",
+            "auto_lint", "max_fix_rounds", "resample_temperature")
     out = {k: getattr(args, k, None) for k in keys}
     if args.command == "bench" and getattr(args, "what", "") in ("lookup", "grammar"):
         out["model"] = out["model"] or "embedded"  # fast; these measure the engine, not quality
@@ -265,6 +289,10 @@ def _dispatch(args, cfg, parser) -> int:
                       f"{r['status']}")
         return EXIT_OK
     if args.command == "eval":
+        if args.suite == "exercism":
+            from .eval.exercism_run import main as exercism_main
+
+            return exercism_main(args, cfg)
         from .eval.report import main as eval_main
 
         return eval_main(args, cfg)

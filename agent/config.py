@@ -77,6 +77,18 @@ class Config:
     # environment variables shell commands get beyond the allowlist (tools/environ.py), e.g.
     # "MY_TOOL_TOKEN, NPM_*"; credentials (*_KEY, *_TOKEN, *_SECRET, ...) only when named here
     shell_env_passthrough: str = ""
+    # The lint-and-test loop (agent/core/checks.py): after the agent edits files, compile the
+    # edited .py files (and ruff's fatal rules when installed), run lint_cmd on the edited
+    # files and test_cmd; a failure goes back to the model, at most max_fix_rounds times.
+    auto_lint: bool = True
+    lint_cmd: str = ""
+    auto_test: bool = True  # run test_cmd (when set) after edits
+    test_cmd: str = ""
+    max_fix_rounds: int = 2  # per message; 0 = the loop is off
+    # A reply that loops or repeats an earlier reply word for word is sampled again at this
+    # temperature (agent/core/resample.py); 0 = never (the default: on the Exercism tune
+    # subset it doubled the tokens and passed nothing more).
+    resample_temperature: float = 0.0
 
 
 
@@ -87,7 +99,7 @@ class Config:
 # the snapshots that undo relies on expire early (a .specrc the agent itself wrote, too).
 REPO_FORBIDDEN = ("approval_mode", "dirty_files", "shell_timeout_s", "sandbox", "allow_network",
                   "engine", "base_url", "snapshot_max_count", "snapshot_max_age_days",
-                  "shell_env_passthrough")
+                  "shell_env_passthrough", "lint_cmd", "test_cmd")  # the last three run commands or pass secrets
 
 # key: (test, what the value must be)
 

@@ -315,7 +315,9 @@ def test_real_engine_cancel_keeps_conversation_and_caches_consistent(tmp_path, r
     """A turn cancelled mid-generation, then another: the answer equals the one a fresh
     process (cold caches) gives for the same saved history."""
     target, draft = pair_dirs
-    flags = ("--draft-model", str(draft), "--max-tokens", "200", "--speculation", "on")
+    # No resampling: this synthetic pair loops, and a second sample would read the first's cache.
+    flags = ("--draft-model", str(draft), "--max-tokens", "200", "--speculation", "on",
+             "--resample-temperature", "0")
     warm, cold = Client(), Client()
     home_a, home_b = tmp_path / "a", tmp_path / "b"
 

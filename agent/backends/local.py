@@ -206,6 +206,12 @@ class LocalModel:
         self.last_grammar = tool_call_grammar(self.tools, files, generic_edit=not complete)
         return GrammarConstraint(self._ll_tok, self.last_grammar, self.session.target.vocab_size)
 
+    def reseed(self, seed: int) -> None:
+        """Seed the sampler (agent/core/resample.py draws a reply again at temperature)."""
+        import mlx.core as mx
+
+        mx.random.seed(seed)
+
     def generate(self, messages: list[dict[str, str]], cancel: CancelToken | None = None) -> Iterator[Event]:
         cancel = cancel or CancelToken()
         prompt = self.render(messages)

@@ -27,7 +27,8 @@ from .backend import Backend, ModelError
 from ..cancel import CancelToken
 from ..config import Config
 from ..events import (AgentResult, ApprovalRequest, ApprovalRequired, AssistantMessage,
-                      ContextCompacted, Event, GenerationStats, GitAction, HookActed, RunStopped, TextDelta,
+                      CheckRun, ContextCompacted, Event, GenerationStats, GitAction, HookActed, RunStopped,
+                      TextDelta,
                       ToolCallFinished, ToolCallStarted, TurnStarted, TurnStats, Warning)
 from .git import GitGuard, GitSafetyError
 from .budget import Budget
@@ -82,6 +83,8 @@ ERROR_STOPS = ("error", "approval_required", "cancelled", "repetition", "max_tur
 MAX_STOP_HOOK_TURNS = 3  # a Stop hook may send the model back at most this often per message
 CUT_SHORT = ("cancelled", "repetition")  # turns stopped mid-way: a half-written call is dropped
 NOT_RUN = "not run: the user cancelled before this call"
+REPEATED = ("Your reply is word for word the same as your earlier one, so it changes nothing. "
+            "Read the message before it again and write a different reply.")
 
 
 @dataclass
@@ -95,6 +98,10 @@ class _Run:
     last_text: str = ""
     task_text: str = ""  # the message with context a UserPromptSubmit hook added
     stop_hook_turns: int = 0  # times a Stop hook kept the model going
+    edited: list[str] = field(default_factory=list)  # files changed since the last check
+    fix_rounds: int = 0  # failed checks fed back to the model
+    repeated: bool = False  # the last reply still repeats an earlier one (core/resample.py)
+    nudged: bool = False  # ... and the model was told so
 
 
 class Conversation:
@@ -191,6 +198,17 @@ class Conversation:
                 if stop:
                     yield from self._finish(run, "approval_required", stop)
                     return
+            if not calls and run.repeated and not run.nudged and not run.cancel.cancelled \
+                    and self.cfg.resample_temperature > 0:
+                run.nudged = True  # once per message: say so, and let it try again
+                yield Warning("the reply repeats an earlier one word for word; asking for another")
+                self._append({"role": "user", "content": REPEATED})
+                continue
+            if not calls and not run.cancel.cancelled and run.edited:
+                note = yield from self._checks(run)
+                if note:
+                    self._append({"role": "user", "content": note})
+                    continue
             if not calls and not run.cancel.cancelled:
                 more = yield from self._stop_hooks(run)
                 if more:
@@ -213,17 +231,24 @@ class Conversation:
                                 "(max_turns) before an answer")
 
     def _model_turn(self, run: _Run) -> Iterator[Event]:
-        parts: list[str] = []
-        stats = None
+        from .resample import MAX_RESAMPLES, at_temperature, can_resample, reason
+
         messages = yield from self._fit()
-        for ev in self.model.generate(messages, run.cancel):
-            if isinstance(ev, TextDelta):
-                parts.append(ev.text)
-            if isinstance(ev, GenerationStats):
-                stats = ev
-            else:
-                yield ev
-        reply = "".join(parts)
+        reply, stats = yield from self._sample(messages, run)
+        temp = self.cfg.resample_temperature
+        for attempt in range(1, MAX_RESAMPLES + 1):
+            why = reason(reply, getattr(stats, "finish_reason", ""), self.messages)
+            if not why or temp <= 0 or run.cancel.cancelled or not can_resample(self.model):
+                break
+            yield Warning(f"{why}; sampling it again at temperature {temp:g}")
+            if stats is not None:  # the dropped reply's figures still count
+                run.usage.turns.append(stats)
+                self.usage.turns.append(stats)
+                yield TurnStats(run.turn, stats)
+            with at_temperature(self.model, temp, len(self.messages) * 100 + attempt):
+                reply, stats = yield from self._sample(messages, run)
+        # A repeated code block changes nothing (a repeated short answer is harmless).
+        run.repeated = "```" in reply and bool(reason(reply, "", self.messages))
         cut = stats is not None and stats.finish_reason in CUT_SHORT
         # A reply cut by a cancel keeps its text but not a half-written call.
         self._append({"role": "assistant", "content": strip_calls(reply) if cut else reply})
@@ -234,6 +259,19 @@ class Conversation:
             self.usage.turns.append(stats)
             yield TurnStats(run.turn, stats)
         return reply, stats
+
+    def _sample(self, messages: list[dict[str, str]], run: _Run) -> Iterator[Event]:
+        """One reply from the model: (text, its GenerationStats or None)."""
+        parts: list[str] = []
+        stats = None
+        for ev in self.model.generate(messages, run.cancel):
+            if isinstance(ev, TextDelta):
+                parts.append(ev.text)
+            if isinstance(ev, GenerationStats):
+                stats = ev
+            else:
+                yield ev
+        return "".join(parts), stats
 
     def _fit(self) -> Iterator[Event]:
         """The history as the model reads it, compacted first when it nears the window."""
@@ -289,6 +327,7 @@ class Conversation:
                 yield ToolCallFinished(call_id, call.name, result.ok, result.output)
                 results.append(format_result(call.name, result))
                 changed += result.changed
+                run.edited += result.changed
         finally:
             yield from self._commit(changed, run)
         if not stop and record:
@@ -359,6 +398,22 @@ class Conversation:
                     yield GitAction("protect", note)
                 self.git.notes.clear()
         return call_tool(call.name, call.arguments, self.ctx), ""
+
+    def _checks(self, run: _Run) -> Iterator[Event]:
+        """Check the files edited since the last check (core/checks.py); returns the message
+        that gives a failure back to the model, or '' (all passed, or the rounds are spent)."""
+        from .checks import feedback, run_checks
+
+        edited, run.edited = run.edited, []
+        if self.cfg.max_fix_rounds <= 0:
+            return ""
+        for out in run_checks(self.cfg, edited, self.ctx):
+            back = not out.ok and run.fix_rounds < self.cfg.max_fix_rounds
+            yield CheckRun(out.kind, out.command, out.ok, out.output, run.fix_rounds + 1, back)
+            if not out.ok:
+                run.fix_rounds += back
+                return feedback(out) if back else ""
+        return ""
 
     def _snapshot(self, call: ParsedCall) -> str:
         """Save the work tree before an action that may change it ('' or why it could not be)."""

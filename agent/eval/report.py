@@ -65,7 +65,9 @@ def _settings(cfg: Config) -> dict[str, Any]:
 
 def main(args, cfg: Config) -> int:
     names = [n for n in (args.tasks or "").split(",") if n]
-    tasks = load_tasks(args.subset, names or None)
+    tasks = load_tasks(args.subset or "all", names or None)
+    if args.time_limit is None:
+        args.time_limit = 300.0
     cfg = eval_config(cfg, args.max_turns)
     jobs = args.jobs or default_jobs()
     log = (lambda m: None) if args.json else (lambda m: print(m, file=sys.stderr, flush=True))

@@ -15,12 +15,12 @@ import json
 from typing import IO, Any
 
 from ..core.shown import shown
-from ..events import (AgentResult, ApprovalRequired, AssistantMessage, Event, GenerationStats,
+from ..events import (AgentResult, ApprovalRequired, AssistantMessage, CheckRun, Event, GenerationStats,
                      GitAction, PrefillProgress, RunStopped, SpeculationChanged, TextDelta,
                      ToolCallFinished, ToolCallStarted, TurnStats, Warning)
 
 _STREAMED = (AssistantMessage, ToolCallStarted, ToolCallFinished, ApprovalRequired, GitAction,
-             Warning, TurnStats, SpeculationChanged)  # Warning includes ContextCompacted
+             Warning, TurnStats, SpeculationChanged, CheckRun)  # Warning includes ContextCompacted
 
 
 def format_stats(s: GenerationStats) -> str:
@@ -44,6 +44,14 @@ def _server_stats(s: GenerationStats) -> str:
     if s.drafted:
         parts.append(f"server drafts: {s.accepted}/{s.drafted} accepted")
     return "[" + ", ".join(parts) + "]"
+
+
+def check_line(ev: CheckRun) -> str:
+    """One line for a check of the agent's edits (the -p renderer, the REPL)."""
+    if ev.ok:
+        return f"check {ev.kind}: ok ({_short(ev.command, 80)})"
+    then = "sent back to the model" if ev.fed_back else "fix rounds spent"
+    return f"check {ev.kind}: FAILED ({_short(ev.command, 80)}), {then}: {_short(ev.output, 160)}"
 
 
 def _short(text: str, n: int = 200) -> str:
@@ -90,6 +98,8 @@ class Renderer:
             msg = f"  {'ok' if ev.ok else 'failed'}: {_short(ev.output, 160)}"
         elif isinstance(ev, (ApprovalRequired,)):
             msg = f"approval required for {ev.name}: {shown(ev.reason, keep_newlines=False)}"
+        elif isinstance(ev, CheckRun):
+            msg = check_line(ev)
         elif isinstance(ev, GitAction):
             msg = f"git: {ev.message}"
         elif isinstance(ev, Warning):

@@ -20,7 +20,7 @@ from ..core.callformat import CLOSE, OPEN, RESULT_OPEN, strip_calls
 from ..core.preview import describe_scope
 from ..core.shown import shown
 from ..events import (AgentResult, ApprovalRequest, DecodeProgress, Event, GenerationStats,
-                      GitAction, PrefillProgress, RunStopped, SpeculationChanged, TextDelta,
+                      CheckRun, GitAction, PrefillProgress, RunStopped, SpeculationChanged, TextDelta,
                       ToolCallFinished, ToolCallStarted, TurnStarted, TurnStats, Warning)
 from .render import format_stats
 
@@ -191,6 +191,10 @@ class Transcript:
             return self.line(self._result(ev))
         elif isinstance(ev, GitAction):
             return self.line(f"git: {ev.message}")
+        elif isinstance(ev, CheckRun):
+            from .render import check_line
+
+            return self.line(check_line(ev))
         elif isinstance(ev, Warning):
             return self.line(f"warning: {ev.message}")
         elif isinstance(ev, RunStopped) and ev.reason in ("cancelled", "max_turns"):

@@ -28,7 +28,7 @@ from ..cancel import CancelToken
 from ..core.attach import typed_text
 from ..core.callformat import RESULT_OPEN, parse_calls, strip_calls
 from ..core.shown import shown
-from ..events import (AgentResult, ApprovalRequired, AssistantMessage, DecodeProgress, GitAction,
+from ..events import (AgentResult, ApprovalRequired, AssistantMessage, CheckRun, DecodeProgress, GitAction,
                       PrefillProgress, RunStopped, SpeculationChanged, ToolCallFinished,
                       ToolCallStarted, TurnStats, Warning)
 from . import inputs, slash
@@ -327,13 +327,19 @@ class AgentApp(App[int]):
             chat.tool_started(ev.call_id, ev.name, ev.arguments)
         elif isinstance(ev, ToolCallFinished):
             chat.tool_finished(ev.call_id, ev.name, ev.ok, ev.output)
-        elif isinstance(ev, (GitAction, Warning, ApprovalRequired, RunStopped, AgentResult)):
+        elif isinstance(ev, (GitAction, Warning, ApprovalRequired, RunStopped, AgentResult,
+                             CheckRun)):
             self._note_event(ev)
 
     def _note_event(self, ev: Any) -> None:
         chat = self.chat
         if isinstance(ev, GitAction):
             chat.add_note(f"git: {ev.message}")
+        elif isinstance(ev, CheckRun):  # failures only: the chat stays about the work
+            from .render import check_line
+
+            if not ev.ok:
+                chat.add_note(check_line(ev), "warn")
         elif isinstance(ev, Warning):
             chat.add_note(f"warning: {ev.message}", "warn")
         elif isinstance(ev, ApprovalRequired):
