@@ -280,7 +280,8 @@ class GitAction(Event):
 class RunStopped(Event):
     """Why a run ended: `answered`, `max_turns`, `max_tokens` (the reply was cut at the token
     limit), `approval_required`, `error`, `cancelled`, `repetition` (the model looped on one span
-    of text and the turn was stopped). agent/exit_codes.py maps each to an exit code."""
+    of text and the turn was stopped), `blocked` (a UserPromptSubmit hook refused the message).
+    agent/exit_codes.py maps each to an exit code."""
 
     reason: str
     turn: int

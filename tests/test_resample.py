@@ -36,7 +36,7 @@ OTHER = "calc.py\n```python\ndef add(a, b):\n    return b + a\n```\n"
 
 def test_a_reply_repeating_an_earlier_one_is_sampled_again(git_repo):
     model = Sampled([CODE, CODE, OTHER])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole"))
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", resample_temperature=0.7))
     list(conv.send("change add"))
     events = list(conv.send("the tests fail, fix add"))
     warned = [e.message for e in events if isinstance(e, Warning)]
@@ -49,7 +49,7 @@ def test_a_reply_repeating_an_earlier_one_is_sampled_again(git_repo):
 
 def test_resampling_is_bounded_and_can_be_off(git_repo):
     model = Sampled([CODE, CODE, CODE, CODE, CODE])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole"))
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", resample_temperature=0.7))
     list(conv.send("change add"))
     list(conv.send("again"))
     # Two resamples, then the repeat stands; it is pointed out once (a turn at 0.0, its repeat
@@ -64,7 +64,7 @@ def test_resampling_is_bounded_and_can_be_off(git_repo):
 
 def test_a_looping_reply_is_sampled_again(git_repo):
     model = Sampled([CODE, OTHER], loop_at={1})
-    conv = conversation(git_repo, model, full_auto(edit_format="whole"))
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", resample_temperature=0.7))
     result = list(conv.send("change add"))[-1]
     assert isinstance(result, AgentResult) and result.stop_reason == "answered"
     assert model.temps == [0.0, 0.7]
@@ -73,7 +73,7 @@ def test_a_looping_reply_is_sampled_again(git_repo):
 
 def test_a_repeat_that_survives_resampling_is_pointed_out_once(git_repo):
     model = Sampled([CODE, CODE, CODE, CODE, OTHER, OTHER])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole"))
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", resample_temperature=0.7))
     list(conv.send("change add"))
     events = list(conv.send("the tests fail, fix add"))
     assert model.temps == [0.0, 0.0, 0.7, 0.7, 0.0]  # then the nudge, greedy again
