@@ -21,7 +21,7 @@ PYENV = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
 SUPPORTED = ("3.11", "3.12", "3.13")
 TOO_OLD = ("3.10",)
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.install]  # minutes: `make test-versions`
 
 
 def _interpreter(version: str) -> Path:

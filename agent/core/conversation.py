@@ -198,30 +198,12 @@ class Conversation:
                 if stop:
                     yield from self._finish(run, "approval_required", stop)
                     return
-            if not calls and run.repeated and not run.nudged and not run.cancel.cancelled \
-                    and self.cfg.resample_temperature > 0:
-                run.nudged = True  # once per message: say so, and let it try again
-                yield Warning("the reply repeats an earlier one word for word; asking for another")
-                self._append({"role": "user", "content": REPEATED})
-                continue
-            if not calls and not run.cancel.cancelled and run.edited:
-                note = yield from self._checks(run)
-                if note:
-                    self._append({"role": "user", "content": note})
-                    continue
-            if not calls and not run.cancel.cancelled:
-                more = yield from self._stop_hooks(run)
+            if not calls:
+                more = yield from self._more_to_do(run)
                 if more:
                     self._append({"role": "user", "content": more})
                     continue
-            if not calls:
-                if run.cancel.cancelled:
-                    yield from self._finish(run, "cancelled", "cancelled")
-                elif stats is not None and stats.finish_reason == "length":
-                    yield from self._finish(run, "max_tokens", "the reply was cut at max_tokens "
-                                            f"({self.cfg.max_tokens}); raise --max-tokens")
-                else:
-                    yield from self._finish(run, "answered")
+                yield from self._finish_answer(run, stats)
                 return
             stop = yield from self._run_calls(run, calls)
             if stop:
@@ -229,6 +211,30 @@ class Conversation:
                 return
         yield from self._finish(run, "max_turns", f"stopped after {self.cfg.max_turns} turns "
                                 "(max_turns) before an answer")
+
+    def _more_to_do(self, run: _Run) -> Iterator[Event]:
+        """What the model is sent back with instead of ending the message ('' for nothing): that
+        it repeated itself (once), a failed check of its edits, or a Stop hook's reason."""
+        if run.cancel.cancelled:
+            return ""
+        if run.repeated and not run.nudged and self.cfg.resample_temperature > 0:
+            run.nudged = True  # once per message: say so, and let it try again
+            yield Warning("the reply repeats an earlier one word for word; asking for another")
+            return REPEATED
+        if run.edited:
+            note = yield from self._checks(run)
+            if note:
+                return note
+        return (yield from self._stop_hooks(run))
+
+    def _finish_answer(self, run: _Run, stats: GenerationStats | None) -> Iterator[Event]:
+        if run.cancel.cancelled:
+            yield from self._finish(run, "cancelled", "cancelled")
+        elif stats is not None and stats.finish_reason == "length":
+            yield from self._finish(run, "max_tokens", "the reply was cut at max_tokens "
+                                    f"({self.cfg.max_tokens}); raise --max-tokens")
+        else:
+            yield from self._finish(run, "answered")
 
     def _model_turn(self, run: _Run) -> Iterator[Event]:
         from .resample import MAX_RESAMPLES, at_temperature, can_resample, reason
