@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-versions bench clean openblas sandbox install
+.PHONY: setup demo test test-all test-versions bench clean openblas sandbox install
 
 $(STAMP): pyproject.toml
 	@$(PY) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "spec-agent needs Python 3.11 or newer (mlx-lm 0.32 does); run make with PY=python3.11 (or newer)")'
@@ -58,7 +58,11 @@ test: setup
 	@lib="$$(ls /usr/lib/*-linux-gnu/openblas-pthread/libopenblas.so.0 2>/dev/null | head -1)"; \
 	core="$${OPENBLAS_CORETYPE-$$([ -z "$$lib" ] || $(BIN)/python -m agent.engine.blas coretype "$$lib" "$$($(BIN)/python -c 'from agent import store; print(store.home())')/blas-coretype.json")}"; \
 	echo "pytest with LD_PRELOAD=$${lib:-none} OPENBLAS_CORETYPE=$${core:-auto}"; \
-	env SPEC_AGENT_REQUIRE_EMBEDDED=1 LD_PRELOAD="$$lib" $${core:+OPENBLAS_CORETYPE="$$core"} $(BIN)/python -m pytest -q -m "not install"
+	env SPEC_AGENT_REQUIRE_EMBEDDED=1 LD_PRELOAD="$$lib" $${core:+OPENBLAS_CORETYPE="$$core"} $(BIN)/python -m pytest -q -m "not install and not slow" $(PYTEST_ARGS)
+
+# The slow tests too (the 1.5B pair, sampling exactness at 4000 draws, mlx_lm.server): +3 min.
+test-all:
+	@$(MAKE) --no-print-directory test PYTEST_ARGS='-m "not install"'
 
 # The install smoke test of every supported Python (pyenv's 3.11-3.13; 3.10 must be refused).
 test-versions: setup

@@ -113,7 +113,6 @@ def check_one(repo: Path, home: Path, before: tuple, final: dict[str, bytes], ma
     return out
 
 
-@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 def test_sigkill_at_random_points_loses_no_user_byte(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
