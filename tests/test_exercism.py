@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -15,9 +16,9 @@ from agent.eval.exercism_run import read_results, run_all, run_exercise, summari
 from agent.eval.runner import eval_config
 from scripted import ScriptedModel
 
-ROOT = exm.default_dir()
+FULL = exm.default_dir()  # all 100, where this checkout has them beside it
+ROOT = FULL if FULL.is_dir() else Path(__file__).parent / "exercism"  # else four of them, vendored
 NAMES = ["accumulate", "acronym", "bob"]
-pytestmark = pytest.mark.skipif(not ROOT.is_dir(), reason=f"no exercises at {ROOT}")
 
 
 def _reply(ex: exm.Exercise, code: str) -> str:
@@ -32,7 +33,8 @@ def test_split_is_fixed_disjoint_and_covers_all():
     sp = exm.split()
     tune, check = set(sp["tune"]), set(sp["check"])
     assert len(tune) == len(check) == 50 and not tune & check
-    assert tune | check == {e.name for e in exm.load_exercises(ROOT, "all")}
+    here = {e.name for e in exm.load_exercises(ROOT, "all")}
+    assert here <= tune | check and (ROOT != FULL or here == tune | check)
     assert set(sp["tune10"]) <= tune and len(sp["tune10"]) == 10
 
 

@@ -14,11 +14,12 @@ import argparse
 import importlib.util
 import random
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from tools import git
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -28,8 +29,7 @@ def load_drafters(rev: str | None):
         from agent.engine import drafters
 
         return drafters
-    text = subprocess.run(["git", "show", f"{rev}:agent/engine/drafters.py"], cwd=ROOT,
-                          check=True, capture_output=True, text=True).stdout
+    text = git.run(ROOT, "show", f"{rev}:agent/engine/drafters.py").stdout
     path = Path(tempfile.mkdtemp()) / "drafters_old.py"
     path.write_text(text)
     spec = importlib.util.spec_from_file_location("agent.engine.drafters_old", path)

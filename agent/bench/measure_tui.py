@@ -18,13 +18,13 @@ import argparse
 import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from agent import store
+from tools import git
 from agent.cancel import CancelToken
 from agent.config import Config
 from agent.engine.blas import ensure_openblas, loaded_blas
@@ -41,7 +41,7 @@ def temp_repo() -> Path:
     for args in (["init", "-q", "-b", "main"], ["config", "user.name", "Measure"],
                  ["config", "user.email", "measure@example.com"],
                  ["commit", "-q", "--allow-empty", "-m", "initial"]):
-        subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+        git.run(root, *args)
     return root
 
 

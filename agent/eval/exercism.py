@@ -27,6 +27,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from tools import git
+
 SPLIT_FILE = Path(__file__).parent / "exercism_split.json"
 SUBSETS = ("tune", "check")
 TEST_TIMEOUT_S = 60.0  # one run of an exercise's tests
@@ -125,8 +127,7 @@ def load_exercises(root: Path, which: str = "all") -> list[Exercise]:
 
 
 def _git(root: Path, *args: str) -> str:
-    return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True,
-                          text=True, timeout=30).stdout
+    return git.run(root, *args, timeout=30).stdout
 
 
 def make_repo(ex: Exercise, root: Path) -> str:
