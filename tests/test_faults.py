@@ -5,9 +5,10 @@ at random (seeded; SPEC_AGENT_FAULT_SEED; SPEC_AGENT_FAULT_KILLS, 2 in the defau
 process of the session is left running; every file is as it was or as the step that
 changed it left it (no half-written file, no stray temporary file); `spec-agent undo`,
 repeated, brings back every byte of the user's (work tree, HEAD, branch); the saved
-conversation loads. The figures are printed (pytest -s shows them). Not covered here: a full
-disk (it needs a small filesystem to be mounted), the prefix caches and the model store (a
-scripted model uses neither).
+conversation loads. The figures are printed (pytest -s shows them). The same session also
+runs on a small tmpfs (repo and SPEC_AGENT_HOME) filled to a few KB (needs root to mount;
+skipped otherwise). Not covered here: the prefix caches and the model store (a scripted
+model uses neither).
 """
 
 from __future__ import annotations
@@ -142,3 +143,56 @@ def test_sigkill_at_random_points_loses_no_user_byte(tmp_path, monkeypatch):
     print(f"fault injection (seed {SEED}, session {duration:.1f} s, {finished} ended before "
           f"their kill): {totals}")
     assert totals == {"kills": KILLS, "orphans": 0, "half_written": 0, "lost": 0, "resume_failed": 0}
+
+
+def _mount_tmpfs(where: Path, size: str) -> bool:
+    where.mkdir(parents=True, exist_ok=True)
+    try:
+        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(where)],
+                           capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return r.returncode == 0
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc, mounts a tmpfs")
+@pytest.mark.parametrize("free_kb", [0, 24, 96])
+def test_a_full_disk_loses_no_user_byte(tmp_path, monkeypatch, free_kb):
+    """The same session on a small filesystem (repo and SPEC_AGENT_HOME both on it) filled
+    so that `free_kb` KB are left: writes, snapshots, commits and the saved conversation run
+    out of space at different points. No traceback, no half-written file, no process left,
+    the conversation loads, and once space is back `spec-agent undo` restores every byte."""
+    mnt = tmp_path / "small"
+    if not _mount_tmpfs(mnt, "8m"):
+        pytest.skip("cannot mount a tmpfs here (needs root)")
+    try:
+        monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+        base = template(tmp_path)
+        before = user_state(base)
+        whole = shutil.copytree(base, tmp_path / "whole", symlinks=True)
+        proc, _ = start(whole, tmp_path / "home-whole", "FULL-whole")
+        assert proc.wait(timeout=120) == 0
+        final = files(whole)
+        repo, home = shutil.copytree(base, mnt / "repo", symlinks=True), mnt / "home"
+        home.mkdir()
+        filler = mnt / "filler"
+        with open(filler, "wb") as f:  # fill the disk, then give back `free_kb`
+            try:
+                while True:
+                    f.write(b"\0" * 65536)
+                    f.flush()
+            except OSError:
+                pass
+        with open(filler, "r+b") as f:
+            f.truncate(max(filler.stat().st_size - free_kb * 1024, 0))
+        marker = f"FULL-{os.getpid()}-{free_kb}"
+        env = dict(os.environ, SPEC_AGENT_HOME=str(home), PYTHONPATH=str(Path(__file__).parents[1]))
+        run = subprocess.run([sys.executable, str(SESSION), str(repo), marker], env=env,
+                             capture_output=True, text=True, timeout=180)
+        assert "Traceback" not in run.stderr, run.stderr[-2000:]
+        filler.unlink()  # space is back for the checks and for undo
+        figures = check_one(repo, home, before, final, marker)
+        print(f"full disk ({free_kb} KB free, exit {run.returncode}): {figures}")
+        assert figures == {"orphans": 0, "half_written": 0, "lost": 0, "resume_failed": 0}
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=10)

@@ -31,6 +31,7 @@ from ..events import (AgentResult, ApprovalRequest, ApprovalRequired, AssistantM
                       TextDelta,
                       ToolCallFinished, ToolCallStarted, TurnStarted, TurnStats, Warning)
 from .git import GitGuard, GitSafetyError
+from .history import HistoryError
 from .budget import Budget
 from .snapshots import SnapshotError, SnapshotStore
 from .callformat import ParsedCall, format_result, parse_calls, strip_calls
@@ -118,6 +119,8 @@ class Conversation:
         self.id = conv_id or new_id()
         self.messages: list[dict[str, str]] = list(messages) if messages else []
         self._saved = len(self.messages)  # messages already persisted (a resumed history is)
+        self.unsaved: list[str] = []  # why saving failed, for the next Warning (once each)
+        self._told = 0
         if not self.messages:
             native = bool(getattr(model, "native_tools", False))  # schemas sent by the backend
             prompt = system_prompt(self.root, native, cfg.edit_format)
@@ -136,9 +139,13 @@ class Conversation:
         self.messages.append(message)
         if self.on_message is None or not any(m["role"] == "user" for m in self.messages):
             return
-        for m in self.messages[self._saved:]:
-            self.on_message(m)
-        self._saved = len(self.messages)
+        try:
+            for m in self.messages[self._saved:]:
+                self.on_message(m)
+                self._saved += 1
+        except HistoryError as e:  # (a full disk): the work goes on; saving is retried
+            if str(e) not in self.unsaved:
+                self.unsaved.append(str(e))
 
     def set_model(self, model: Model) -> None:
         """Talk to `model` from the next call on (the history stays)."""
@@ -181,6 +188,7 @@ class Conversation:
             if run.cancel.cancelled:
                 yield from self._finish(run, "cancelled", "cancelled")
                 return
+            yield from self._save_warnings()
             yield TurnStarted(turn)
             try:
                 reply, stats = yield from self._model_turn(run)
@@ -483,7 +491,13 @@ class Conversation:
         run.stop_hook_turns += 1
         return f"[Stop hook] {verdict.reason or 'keep going'}"
 
+    def _save_warnings(self) -> Iterator[Event]:
+        for text in self.unsaved[self._told:]:
+            yield Warning(f"{text}; the conversation goes on, saving is tried again with each message")
+        self._told = len(self.unsaved)
+
     def _finish(self, run: _Run, reason: str, error: str = "") -> Iterator[Event]:
+        yield from self._save_warnings()
         yield RunStopped(reason, run.turn)
         yield AgentResult(reason in ERROR_STOPS, run.last_text, run.turn, run.usage.as_dict(),
                           error, stop_reason=reason)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import time
 from dataclasses import dataclass
@@ -186,16 +187,35 @@ class HistoryStore:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     _drop_cut_tail(path)
                     checked = True
-                if not path.exists() or path.stat().st_size == 0:
+                size = path.stat().st_size if path.exists() else 0
+                if size == 0:
                     line = json.dumps({"type": "header", "id": conv_id, "repo": str(self.root),
                                        "created": time.time(), "version": VERSION}) + "\n" + line
-                with path.open("a", encoding="ascii") as f:
-                    f.write(line)  # one write of whole lines
+                _append_whole(path, line.encode("ascii"), size)
             except OSError as e:
+                checked = False  # the next message checks the file's end again
                 raise HistoryError(
                     f"cannot save conversation to {path}: {e.strerror or e}") from None
 
         return record
+
+
+def _append_whole(path: Path, data: bytes, size: int) -> None:
+    """Append `data` to `path` (now `size` bytes); when that fails part-way (a full disk),
+    cut the file back to `size`, so no part of a line is left behind."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        try:
+            os.ftruncate(fd, size)
+        except OSError:
+            pass  # what is left is a cut last line, which `load` ignores and the next write drops
+        raise
+    finally:
+        os.close(fd)
 
 
 def _drop_cut_tail(path: Path) -> None:
