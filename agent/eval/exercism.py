@@ -158,7 +158,9 @@ def restore_tests(ex: Exercise, repo: Path) -> None:
 def run_command(argv: list[str], cwd: Path, timeout_s: float) -> tuple[int | None, str]:
     """(exit code or None on timeout, stdout+stderr) of `argv` in its own process group; on
     timeout the whole group is killed."""
-    env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1")
+    # the grading run is the same whoever runs it: none of the caller's pytest settings or plugins
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    env.update(PYTHONDONTWRITEBYTECODE="1", PYTEST_DISABLE_PLUGIN_AUTOLOAD="1")
     p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          stdin=subprocess.DEVNULL, text=True, errors="replace", env=env,
                          start_new_session=True)
