@@ -161,10 +161,11 @@ def _bench_parser(sub) -> None:
     bench = sub.add_parser("bench", help="measure plain vs speculative decoding side by side",
                            argument_default=argparse.SUPPRESS)  # keeps `-m x bench`'s model
     bench.add_argument("what", nargs="?", default="spec",
-                       choices=["spec", "cache", "lookup", "grammar"],
+                       choices=["spec", "cache", "lookup", "grammar", "agentic"],
                        help="spec: plain vs speculative decoding; cache: cold vs warm prefix "
                        "caches; lookup: prompt lookup vs a naive loop on copy-heavy edits; "
-                       "grammar: what constrained tool calls cost")
+                       "grammar: what constrained tool calls cost; agentic: the eval tasks' "
+                       "recorded agent sessions replayed turn by turn, per drafter")
     bench.add_argument("--json", action="store_true", default=False, help="print one JSON object")
     bench.add_argument("--quick", action="store_true", default=False, help="small workloads (CI)")
     bench.add_argument("--tokens", type=int, default=None, help="tokens per workload")
@@ -177,6 +178,12 @@ def _bench_parser(sub) -> None:
                        "controlled synthetic pair (auto: trained when pulled, not with --quick)")
     bench.add_argument("--eps", type=float, default=0.5,
                        help="controlled pair: scale of the target's extra layers (acceptance knob)")
+    bench.add_argument("--record", action="store_true", default=False,
+                       help="agentic: run the eval tasks with the agent and record their "
+                       "sessions anew (into the replay file) instead of replaying them")
+    bench.add_argument("--sessions", default="",
+                       help="agentic: comma-separated task names to replay or record "
+                       "(default: all recorded / all tasks)")
     _engine_flags(bench)
 
 
@@ -341,6 +348,10 @@ def _bench(args, cfg) -> int:
         from .bench.grammar import main as bench_grammar_main
 
         return bench_grammar_main(args, cfg)
+    if args.what == "agentic":
+        from .bench.agentic import main as bench_agentic_main
+
+        return bench_agentic_main(args, cfg)
     if args.what == "cache":
         from .bench.cache import main as bench_cache_main
 

@@ -26,17 +26,22 @@ ENGINE = {"model": "-m/--model", "draft_model": "--draft-model", "num_draft_toke
           "repetition_penalty": "--repetition-penalty", "max_tokens": "--max-tokens",
           "device": "--device", "blas": "--blas", "engine": "--engine", "base_url": "--base-url"}
 BENCH = {"quick": "--quick", "tokens": "--tokens", "subset": "--subset",
-         "through_eos": "--through-eos", "pair": "--pair", "eps": "--eps"}
+         "through_eos": "--through-eos", "pair": "--pair", "eps": "--eps", "record": "--record",
+         "sessions": "--sessions"}
 DEFAULTS = {"output_format": "text", "input_format": "text", "subset": "all", "pair": "auto",
-            "eps": 0.5}
+            "eps": 0.5, "sessions": ""}
 
-# What each bench reads (agent/bench/spec.py, cache.py, lookup.py, grammar.py), besides --json.
+# What each bench reads (agent/bench/spec.py, cache.py, lookup.py, grammar.py, agentic.py),
+# besides --json.
 BENCH_READS = {
-    "spec": {"quick", "tokens", "pair", "eps", "num_draft_tokens"},
+    "spec": {"quick", "tokens", "pair", "eps", "num_draft_tokens", "temperature", "top_p",
+             "speculation"},
     "cache": {"model", "draft_model", "device", "blas", "speculation", "drafter",
               "num_draft_tokens"},
     "lookup": {"quick", "tokens", "subset", "through_eos", "model", "device", "blas"},
     "grammar": {"model", "device", "blas"},
+    "agentic": {"quick", "tokens", "record", "sessions", "subset", "model", "draft_model",
+                "device", "blas", "speculation", "num_draft_tokens"},
 }
 
 

@@ -28,6 +28,21 @@ def timed(session: Session, prompt: list[int], n: int,
     return Run(done.tokens, done.stats.decode_tps, done.stats)
 
 
+def totals(rows: list[dict], ks: list[int]) -> dict:
+    """What `bench spec` reports over its workload rows (each with plain_tps, mlx_lm_tps per
+    K, drafted, accepted, rounds): mlx-lm's best fixed K by mean ratio to plain, and our
+    acceptance over all rounds."""
+    best = max(ks, key=lambda k: statistics.mean(r["mlx_lm_tps"][k] / r["plain_tps"] for r in rows))
+    drafted = sum(r["drafted"] for r in rows)
+    accepted = sum(r["accepted"] for r in rows)
+    rounds = sum(r["rounds"] for r in rows)
+    return dict(mlx_lm_best_k=best,
+                mlx_lm_speedup_vs_plain=statistics.mean(r["mlx_lm_tps"][best] / r["plain_tps"]
+                                                        for r in rows),
+                acceptance_rate=accepted / drafted if drafted else 0.0,
+                mean_accepted=accepted / rounds if rounds else 0.0)
+
+
 def loop_period(tokens: list[int], tail: int = 24, max_period: int = 12) -> int:
     """Smallest period of the last `tail` tokens (0 = not looping). Random models can fall into
     loops in greedy generation, where any draft agrees and acceptance means nothing."""

@@ -6,7 +6,13 @@ ours with the draft model (product defaults); ours combining the draft with prom
 lookup alone; mlx-lm's `speculative_generate_step` at each fixed K; plain again (the two
 plain runs bracket the others and are averaged). The prompt's KV is computed once per
 workload and model and shared through an in-memory prefix store, so only decoding differs
-between runs; tok/s is decode speed (after the first token). Greedy throughout.
+between runs; tok/s is decode speed (after the first token).
+
+Greedy by default, where every run must equal plain token for token. With `--temperature`
+(and `--top-p`) every run samples at those settings, each from the same seed (`mx.random.seed`
+before it), mlx-lm through its own sampler (`make_sampler`): the texts differ run to run, so
+tok/s and acceptance are reported, not identity. mlx-lm's acceptance is derived from what it
+yields: draft tokens kept / (K x rounds), a round being each token of the target's own.
 """
 
 from __future__ import annotations
@@ -20,12 +26,13 @@ from pathlib import Path
 import mlx.core as mx
 
 from .. import store
-from .common import Run, timed
+from .common import Run, timed, totals
 from ..engine.drafters import Combined, DraftModel, PromptLookup
 from ..engine.errors import ModelNotFoundError
 from .. import models
 from ..engine.loading import LoadedModel
 from ..engine.prefix_store import PrefixStore
+from ..engine.sampling import SamplingParams
 from ..engine.session import Session, render_chat
 from ..engine.speculative import SpecPolicy, Speculator
 
@@ -84,8 +91,11 @@ def load_pair(name: str, log) -> tuple[LoadedModel, LoadedModel, dict]:
 
 
 def _mlx_lm(target: LoadedModel, draft: LoadedModel, pstore: PrefixStore, prompt: list[int],
-            n: int, k: int) -> tuple[Run, int]:
-    """mlx-lm's speculative decoding from the shared prompt KV; (run, tokens from the draft)."""
+            n: int, k: int, params: SamplingParams = SamplingParams()) -> tuple[Run, int]:
+    """mlx-lm's speculative decoding from the shared prompt KV; (run, tokens from the draft).
+    `params`: its sampler at the same temperature and top-p (greedy at 0)."""
+    from mlx_lm.sample_utils import make_sampler
+
     from mlx_lm.generate import speculative_generate_step
     from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
@@ -99,12 +109,20 @@ def _mlx_lm(target: LoadedModel, draft: LoadedModel, pstore: PrefixStore, prompt
     toks, kept, first = [], 0, 0.0
     for tok, _, from_draft in speculative_generate_step(
             mx.array(prompt[start:]), target.model, draft.model, num_draft_tokens=k,
-            max_tokens=n, prompt_cache=tcache + dcache):
+            max_tokens=n, prompt_cache=tcache + dcache,
+            sampler=make_sampler(temp=params.temperature, top_p=params.top_p)):
         toks.append(int(tok))
         kept += bool(from_draft)
         first = first or time.perf_counter()
     elapsed = time.perf_counter() - first
     return Run(toks, (len(toks) - 1) / elapsed if elapsed > 0 else 0.0), kept
+
+
+def _mlx_acceptance(run: Run, kept: int, k: int) -> float:
+    """Draft tokens mlx-lm kept over those it drafted: each round yields its kept drafts and
+    one token of the target's, so rounds = yielded - kept (the last may be cut short)."""
+    rounds = len(run.tokens) - kept
+    return kept / (k * rounds) if rounds > 0 else 0.0
 
 
 def _row(name: str, runs: dict, theirs: dict, kept: dict) -> dict:
@@ -123,34 +141,42 @@ def _row(name: str, runs: dict, theirs: dict, kept: dict) -> dict:
         combined_acceptance_rate=c.acceptance_rate, combined_mean_accepted=c.mean_accepted,
         lookup_acceptance_rate=lk.acceptance_rate, lookup_mean_accepted=lk.mean_accepted,
         mlx_lm_tps={k: r.tps for k, r in theirs.items()}, mlx_lm_draft_kept=kept,
+        mlx_lm_acceptance={k: _mlx_acceptance(r, kept[k], k) for k, r in theirs.items()},
         tokens=len(plain.tokens),
     )
 
 
 def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], log,
-                  fixed_k: int = 0) -> dict:
+                  fixed_k: int = 0, mode: str = "auto",
+                  params: SamplingParams = SamplingParams(), seed: int = 0) -> dict:
     from ..config import Config
 
     cfg, vocab = Config(), min(target.vocab_size, draft.vocab_size)
     head = cfg.draft_vocab  # the defaults `spec-agent` runs with
     conf = 0.0 if fixed_k else cfg.draft_confidence  # pinned K: exactly K, as mlx-lm
-    policy = SpecPolicy(mode="on", fixed_k=fixed_k)
-    draft_only = Speculator(DraftModel(draft, conf, vocab, head), policy)  # K adapts across workloads
-    combined = Speculator(Combined(DraftModel(draft, conf, vocab, head), PromptLookup()), policy)
-    lookup = Speculator(PromptLookup(), SpecPolicy(mode="on"))
+    policy = lambda: SpecPolicy(mode=mode, fixed_k=fixed_k)  # noqa: E731
+    draft_only = Speculator(DraftModel(draft, conf, vocab, head), policy())  # K adapts across workloads
+    combined = Speculator(Combined(DraftModel(draft, conf, vocab, head), PromptLookup()), policy())
+    lookup = Speculator(PromptLookup(), SpecPolicy(mode=mode))
+
+    def seeded(run, *a):
+        mx.random.seed(seed)  # every run samples from the same seed
+        return run(*a)
+
     pstore = PrefixStore(None, memory_mb=4096, disk_mb=0)
     rows = []
     for name, (messages, tools) in workloads().items():
         prompt = render_chat(target.tokenizer, messages, tools)
         t = time.perf_counter()
-        runs = {"plain": timed(Session(target, store=pstore), prompt, n)}
+        runs = {"plain": seeded(timed, Session(target, store=pstore), prompt, n, params)}
         prefill_s = time.perf_counter() - t
         for label, spec in (("ours", draft_only), ("combined", combined), ("lookup", lookup)):
-            runs[label] = timed(Session(target, speculator=spec, store=pstore), prompt, n)
+            runs[label] = seeded(timed, Session(target, speculator=spec, store=pstore), prompt, n,
+                                 params)
         theirs, kept = {}, {}
         for k in ks:
-            theirs[k], kept[k] = _mlx_lm(target, draft, pstore, prompt, n, k)
-        runs["plain2"] = timed(Session(target, store=pstore), prompt, n)
+            theirs[k], kept[k] = seeded(_mlx_lm, target, draft, pstore, prompt, n, k, params)
+        runs["plain2"] = seeded(timed, Session(target, store=pstore), prompt, n, params)
         row = _row(name, runs, theirs, kept)
         row.update(prompt_tokens=len(prompt), first_run_s=prefill_s,
                    text=target.tokenizer.decode(runs["plain"].tokens))
@@ -159,30 +185,31 @@ def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int]
             f"(acc {row['acceptance_rate']:.2f}, mean {row['mean_accepted']:.2f}, K={row['k']}) | "
             f"ours+lookup {row['combined_tps']:5.2f} | lookup {row['lookup_tps']:5.2f} | mlx-lm "
             + " ".join(f"K{k}:{r.tps:.2f}" for k, r in theirs.items())
-            + f" | identical {row['identical_to_plain']}")
-    return summarize(rows, ks, draft_only.k_for("model"))
+            + (f" | identical {row['identical_to_plain']}" if params.greedy else
+               " | mlx-lm acc " + " ".join(f"K{k}:{a:.2f}" for k, a in row["mlx_lm_acceptance"].items())))
+    out = summarize(rows, ks, draft_only.k_for("model"))
+    if not params.greedy:  # sampled texts differ run to run: identity is not a measure
+        out.update(identical_to_plain=None, mlx_lm_identical=None)
+    return out
 
 
 def summarize(rows: list[dict], ks: list[int], k: int) -> dict:
     """Headline figures: per-workload ratios averaged; mlx-lm's best fixed K by mean ratio."""
     ratio = lambda key: statistics.mean(r[key] / r["plain_tps"] for r in rows)  # noqa: E731
-    best_k = max(ks, key=lambda k: statistics.mean(r["mlx_lm_tps"][k] / r["plain_tps"] for r in rows))
-    drafted = sum(r["drafted"] for r in rows)
-    accepted = sum(r["accepted"] for r in rows)
-    rounds = sum(r["rounds"] for r in rows)
+    tot = totals(rows, ks)
+    best_k = tot["mlx_lm_best_k"]
     return dict(
         workloads=rows,
         speedup_vs_plain=ratio("spec_tps"),
         speedup_vs_mlx_lm=statistics.mean(r["spec_tps"] / r["mlx_lm_tps"][best_k] for r in rows),
-        mlx_lm_best_k=best_k,
-        mlx_lm_speedup_vs_plain=statistics.mean(r["mlx_lm_tps"][best_k] / r["plain_tps"]
-                                                for r in rows),
+        **tot,
+        mlx_lm_acceptance_best_k=statistics.mean(r["mlx_lm_acceptance"][best_k] for r in rows),
+        min_speedup_vs_plain=min(min(r[k] for k in ("spec_tps", "combined_tps", "lookup_tps"))
+                                 / r["plain_tps"] for r in rows),
         combined_speedup_vs_plain=ratio("combined_tps"),
         combined_speedup_vs_mlx_lm=statistics.mean(r["combined_tps"] / r["mlx_lm_tps"][best_k]
                                                    for r in rows),
         lookup_speedup_vs_plain=ratio("lookup_tps"),
-        acceptance_rate=accepted / drafted if drafted else 0.0,
-        mean_accepted=accepted / rounds if rounds else 0.0,
         identical_to_plain=all(r["identical_to_plain"] and r["combined_identical"]
                                and r["lookup_identical"] for r in rows),
         mlx_lm_identical=all(r["mlx_lm_identical"] for r in rows),
@@ -190,15 +217,19 @@ def summarize(rows: list[dict], ks: list[int], k: int) -> dict:
     )
 
 
-def run(pair: str, tokens: int | None, fixed_k: int, log) -> dict:
+def run(pair: str, tokens: int | None, fixed_k: int, log, mode: str = "auto",
+        temperature: float = 0.0, top_p: float = 1.0, seed: int = 0) -> dict:
     from ..engine.blas import loaded_blas
 
     n = tokens or 48
     ks = [fixed_k] if fixed_k else list(range(2, 7))
+    params = SamplingParams(temperature=temperature, top_p=top_p)
     target, draft, info = load_pair(pair, log)
-    log(f"trained pair {pair}: {n} tokens per workload, mlx-lm K={ks}; BLAS: {loaded_blas()}")
-    out = dict(pair=info, blas=loaded_blas(), tokens=n)
-    out.update(bench_trained(target, draft, n, ks, log, fixed_k))
+    log(f"trained pair {pair}: {n} tokens per workload, mlx-lm K={ks}, speculation {mode}, "
+        f"temperature {temperature:g}, top-p {top_p:g}, seed {seed}; BLAS: {loaded_blas()}")
+    out = dict(pair=info, blas=loaded_blas(), tokens=n, speculation=mode,
+               temperature=temperature, top_p=top_p, seed=seed)
+    out.update(bench_trained(target, draft, n, ks, log, fixed_k, mode, params, seed))
     return out
 
 
@@ -212,7 +243,13 @@ def print_report(r: dict) -> None:
     print(f"  ours+lookup vs plain    {r['combined_speedup_vs_plain']:.2f}x "
           f"({r['combined_speedup_vs_mlx_lm']:.2f}x mlx-lm best K)")
     print(f"  lookup alone vs plain   {r['lookup_speedup_vs_plain']:.2f}x")
-    print(f"  identical to plain      {r['identical_to_plain']}")
+    print(f"  worst workload vs plain {r['min_speedup_vs_plain']:.2f}x (speculation {r['speculation']})")
+    if r.get("temperature"):
+        print(f"  at temperature {r['temperature']:g}, top-p {r['top_p']:g}, seed {r['seed']}: "
+              f"acceptance ours {r['acceptance_rate']:.2f}, mlx-lm K={r['mlx_lm_best_k']} "
+              f"{r['mlx_lm_acceptance_best_k']:.2f}")
+    else:
+        print(f"  identical to plain      {r['identical_to_plain']}")
     for w in r["workloads"]:
         print(f"  {w['workload']:9} plain {w['plain_tps']:.2f} tok/s, ours {w['spec_tps']:.2f} "
               f"(acceptance {w['acceptance_rate']:.2f}), ours+lookup {w['combined_tps']:.2f}, "

@@ -26,7 +26,7 @@ from ..engine.loading import LoadedModel
 from ..engine.sampling import SamplingParams
 from ..engine.session import Session, render_chat
 from ..engine.speculative import SpecPolicy, Speculator
-from .common import Run, forward_ms, loop_period, timed
+from .common import Run, forward_ms, loop_period, timed, totals
 
 WORKLOADS = {
     "code": "Write a Python function that merges two sorted lists.",
@@ -86,14 +86,15 @@ def _prompt(lm: LoadedModel, text: str) -> list[int]:
 
 
 def bench_pair(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], log,
-               fixed_k: int = 0) -> dict:
-    """Part 1: draft-model speculation vs plain vs mlx-lm on every workload, interleaved."""
+               fixed_k: int = 0, mode: str = "auto") -> dict:
+    """Part 1: draft-model speculation vs plain vs mlx-lm on every workload, interleaved.
+    `mode`: ours runs the product's `--speculation` (auto: off where it does not pay)."""
     from ..config import Config
 
     # Product defaults (rounds ended by the draft's confidence); persists across workloads.
     conf = 0.0 if fixed_k else Config().draft_confidence  # pinned K: exactly K, as mlx-lm
     ours = Speculator(DraftModel(draft, conf),
-                      SpecPolicy(mode="on", fixed_k=fixed_k))
+                      SpecPolicy(mode=mode, fixed_k=fixed_k))
     rows = []
     for name, text in WORKLOADS.items():
         prompt = _prompt(target, text)
@@ -116,20 +117,17 @@ def bench_pair(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], l
             + " ".join(f"K{k}:{r.tps:.2f}" for k, r in theirs.items()))
     all_rows = rows
     rows = [r for r in rows if not r["loop_period"]] or all_rows  # headline: non-looping text
-    # mlx-lm's best fixed K across workloads (by mean ratio to plain).
-    best_k = max(ks, key=lambda k: statistics.mean(r["mlx_lm_tps"][k] / r["plain_tps"] for r in rows))
-    drafted = sum(r["drafted"] for r in rows)
-    accepted = sum(r["accepted"] for r in rows)
-    rounds = sum(r["rounds"] for r in rows)
+    tot = totals(rows, ks)  # mlx-lm's best fixed K across workloads, our acceptance
+    best_k = tot["mlx_lm_best_k"]
     return dict(
         rows=all_rows,
         excluded_looping=[r["workload"] for r in all_rows if r not in rows],
         speedup_vs_plain=statistics.mean(r["spec_tps"] / r["plain_tps"] for r in rows),
         speedup_vs_mlx_lm=statistics.mean(r["spec_tps"] / r["mlx_lm_tps"][best_k] for r in rows),
-        mlx_lm_best_k=best_k,
-        mlx_lm_speedup_vs_plain=statistics.mean(r["mlx_lm_tps"][best_k] / r["plain_tps"] for r in rows),
-        acceptance_rate=accepted / drafted if drafted else 0.0,
-        mean_accepted=accepted / rounds if rounds else 0.0,
+        **tot,
+        # every workload, looping ones too: the auto policy must never lose
+        min_speedup_vs_plain=min(r["spec_tps"] / r["plain_tps"] for r in all_rows),
+        speculation=mode,
         identical_to_plain=all(r["identical_to_plain"] for r in rows),
         k=ours.k_for("model"),
     )
@@ -168,11 +166,11 @@ def bench_sampled(target: LoadedModel, draft: LoadedModel, n: int, k: int, temp:
                 sampled_acceptance_rate=accepted / max(drafted, 1))
 
 
-def bench_lookup(lm: LoadedModel, n: int, log) -> dict:
+def bench_lookup(lm: LoadedModel, n: int, log, mode: str = "auto") -> dict:
     """Part 2: prompt lookup on a copy-heavy edit with the embedded model."""
     prompt = _prompt(lm, COPY_EDIT)
     plain = timed(Session(lm), prompt, n)
-    spec = timed(Session(lm, speculator=Speculator(PromptLookup(), SpecPolicy(mode="on"))), prompt, n)
+    spec = timed(Session(lm, speculator=Speculator(PromptLookup(), SpecPolicy(mode=mode))), prompt, n)
     plain2 = timed(Session(lm), prompt, n)
     base = (plain.tps + plain2.tps) / 2
     s = spec.stats
@@ -206,7 +204,7 @@ def controlled_models(quick: bool, eps: float, log) -> tuple[LoadedModel, Loaded
 
 
 def run_bench(quick: bool = False, tokens: int | None = None, eps: float = 0.5,
-              fixed_k: int = 0, log=lambda m: print(m, file=sys.stderr)) -> dict:
+              fixed_k: int = 0, log=lambda m: print(m, file=sys.stderr), mode: str = "auto") -> dict:
     """`fixed_k`: pin K for ours and run mlx-lm at that K only (equal-K comparison)."""
     n = tokens or (24 if quick else 64)
     ks = [fixed_k] if fixed_k else [2, 4] if quick else list(range(2, 9))
@@ -217,13 +215,13 @@ def run_bench(quick: bool = False, tokens: int | None = None, eps: float = 0.5,
         f"draft step {d1:.1f} ms (cost ratio {d1 / t1:.3f}); BLAS: {loaded_blas()}")
     out = dict(pair=shape, blas=loaded_blas(), tokens=n, target_step_ms=t1,
                target_verify8_ms=t8, draft_step_ms=d1, draft_cost_ratio=d1 / t1)
-    out.update(bench_pair(target, draft, n, ks, log, fixed_k))
+    out.update(bench_pair(target, draft, n, ks, log, fixed_k, mode))
     out.update(bench_sampled(target, draft, n, out["mlx_lm_best_k"], 0.7, 1 if quick else 4, log))
     from .. import store
 
     if store.is_present():
         emb = models.load(None, device="cpu")
-        out.update(bench_lookup(emb, 48 if quick else 160, log))
+        out.update(bench_lookup(emb, 48 if quick else 160, log, mode))
     else:
         log(f"embedded model missing: lookup part skipped ({store.PULL_HINT})")
         out["lookup_speedup_vs_plain"] = None
@@ -247,24 +245,37 @@ def _pick_pair(args) -> str:
     return "controlled"
 
 
+def _mode(cfg) -> str:
+    """Ours runs as `--speculation` says (auto by default); off would compare plain with
+    itself, so it means auto here too."""
+    return cfg.speculation if cfg.speculation in ("auto", "on") else "auto"
+
+
 def main(args, cfg) -> int:
+    from ..config import ConfigError
+
     pair = _pick_pair(args)
     if pair != "controlled":
         from .pair import print_report, run
 
-        result = run(pair, args.tokens, cfg.num_draft_tokens, log=lambda m: print(m, file=sys.stderr))
+        result = run(pair, args.tokens, cfg.num_draft_tokens, log=lambda m: print(m, file=sys.stderr),
+                     mode=_mode(cfg), temperature=cfg.temperature, top_p=cfg.top_p)
         if args.json:
             print(json.dumps(result, indent=1))
         else:
             print_report(result)
         return 0
+    if cfg.temperature > 0:
+        raise ConfigError("--temperature with `bench spec`: give --pair qwen-coder (the "
+                          "controlled pair measures T=0.7 at a fixed K already)")
     result = run_bench(quick=args.quick, tokens=args.tokens, eps=args.eps,
-                       fixed_k=cfg.num_draft_tokens)
+                       fixed_k=cfg.num_draft_tokens, mode=_mode(cfg))
     if args.json:
         print(json.dumps(result, indent=1))
         return 0
     print(f"draft-model speculation (controlled pair, acceptance {result['acceptance_rate']:.2f}):")
-    print(f"  speedup vs plain   {result['speedup_vs_plain']:.2f}x")
+    print(f"  speedup vs plain   {result['speedup_vs_plain']:.2f}x (speculation {result['speculation']}; "
+          f"worst workload {result['min_speedup_vs_plain']:.2f}x)")
     print(f"  speedup vs mlx-lm  {result['speedup_vs_mlx_lm']:.2f}x (mlx-lm best K={result['mlx_lm_best_k']},"
           f" {result['mlx_lm_speedup_vs_plain']:.2f}x plain)")
     print(f"  mean accepted/round {result['mean_accepted']:.2f}; recommended K {result['k']}")

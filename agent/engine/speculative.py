@@ -101,6 +101,10 @@ class SpecPolicy:
     probe_rounds: int = 8  # rounds before the first speed comparison
     plain_probe: int = 4  # plain tokens timed per comparison
     backoff_tokens: int = 32  # plain tokens before re-probing (doubles while it keeps losing)
+    # The expected speedup (measured acceptance and round cost against a measured plain step)
+    # below which auto switches drafting off, once `probe_rounds` rounds are measured.
+    min_speedup: float = 1.0
+    check_every_max: int = 32  # rounds between measured-speed checks while speculation wins
 
 
 @dataclass
@@ -115,6 +119,60 @@ class _Ema:
 
 
 @dataclass
+class _RoundFit:
+    """What recent rounds of one drafter kind measured, each sum decayed per round:
+    - acceptance per drafted token as the chain sees it: accepted / (accepted + rejections),
+      the estimate of `a` in a geometric model where each next draft is accepted with
+      probability `a` while the ones before it were;
+    - a round's cost against its K: seconds = c0 + c1 * K, by least squares, pulled toward
+      the slope its drafting cost alone gives (K hardly varies between some rounds).
+    The expected speedup of a round of K is then E(K) / (cost(K) / plain step), with
+    E(K) = 1 + a + ... + a^K tokens per round (accepted drafts and the target's own)."""
+
+    DECAY = 0.85  # per round: ~7 rounds of memory, so a change of text shows within a few
+    RIDGE = 4.0  # weight (in rounds times K^2) of the slope prior
+    w: float = 0.0
+    sk: float = 0.0
+    skk: float = 0.0
+    st: float = 0.0
+    skt: float = 0.0
+    accepted: float = 0.0
+    rejected: float = 0.0
+    draft_s: float = 0.0
+    drafted: float = 0.0
+    rounds: int = 0  # since the last `forget`
+
+    def add(self, k: int, n: int, seconds: float, draft_s: float) -> None:
+        d = self.DECAY
+        self.w, self.sk, self.skk = d * self.w + 1, d * self.sk + k, d * self.skk + k * k
+        self.st, self.skt = d * self.st + seconds, d * self.skt + k * seconds
+        self.accepted = d * self.accepted + n
+        self.rejected = d * self.rejected + (n < k)
+        self.draft_s, self.drafted = d * self.draft_s + draft_s, d * self.drafted + k
+        self.rounds += 1
+
+    def forget(self, keep: float = 0.25) -> None:
+        """Keep the estimates but weigh them as a few rounds, so fresh rounds decide."""
+        for name in ("w", "sk", "skk", "st", "skt", "accepted", "rejected", "draft_s", "drafted"):
+            setattr(self, name, getattr(self, name) * keep)
+        self.rounds = 0
+
+    @property
+    def acceptance(self) -> float:
+        return (self.accepted + 0.5) / (self.accepted + self.rejected + 1.0)
+
+    def cost(self, plain_s: float) -> tuple[float, float]:
+        """(c0, c1): a round of K costs c0 + c1 * K seconds."""
+        mk, mt = self.sk / self.w, self.st / self.w
+        prior = self.draft_s / self.drafted if self.drafted else 0.0
+        prior += 0.03 * plain_s  # a verify pass grows a little with its rows
+        var = self.skk - self.w * mk * mk
+        cov = self.skt - self.w * mk * mt
+        c1 = max((cov + self.RIDGE * prior) / (var + self.RIDGE), 0.0)
+        return max(mt - c1 * mk, 1e-9), c1
+
+
+@dataclass
 class _CallStats:
     rounds: int = 0
     drafted: int = 0
@@ -125,6 +183,22 @@ class _CallStats:
     k: int = 0
     events: list = field(default_factory=list)
     by_source: dict[str, list[int]] = field(default_factory=dict)  # source -> [drafted, accepted]
+
+
+def expected_tokens(a: float, k: int) -> float:
+    """Tokens a chain round of `k` drafts yields when each is accepted with probability `a`
+    after its predecessors: 1 + a + ... + a^k."""
+    return float(k + 1) if a >= 1.0 else (1.0 - a ** (k + 1)) / (1.0 - a)
+
+
+def expected_speedup(a: float, k: int, c0: float, c1: float, plain_s: float) -> float:
+    return expected_tokens(a, k) * plain_s / (c0 + c1 * k)
+
+
+def best_k(a: float, c0: float, c1: float, plain_s: float, k_max: int) -> tuple[int, float]:
+    """(K, expected speedup) of the best chain length in 1..k_max."""
+    return max(((k, expected_speedup(a, k, c0, c1, plain_s)) for k in range(1, max(k_max, 1) + 1)),
+               key=lambda kv: kv[1])
 
 
 class Speculator:
@@ -153,6 +227,8 @@ class Speculator:
         self.check_every = self.policy.probe_rounds  # doubles while speculation keeps winning
         self.call = _CallStats()
         self.off_reason = ""  # why auto switched drafting off, while it is off
+        self.fits: dict[str, _RoundFit] = {}  # drafter kind ("model", "lookup") -> recent rounds
+        self._seen = (0, 0, 0.0, {})  # the call's drafted, accepted, draft_s, by_source before a round
 
     # ---- Session hooks ------------------------------------------------------------------
 
@@ -192,20 +268,85 @@ class Speculator:
         ema = self.accepted_per_round.get(source)
         if source == "lookup":
             m = ema.value if ema and ema.n >= 2 else 4.0
-            return max(2, min(self.policy.lookup_k_max, math.ceil(m) + 4))
+            k = max(2, min(self.policy.lookup_k_max, math.ceil(m) + 4))
+            # Where the measured cost says a shorter chain pays more, draft that long.
+            best = self._best(source, k)
+            return max(1, min(k, best[0])) if best else k
+        cap = (self.policy.confident_k_max if getattr(self.drafter, "stops_itself", False)
+               else self.policy.k_max)
+        best = self._best("model", cap)
+        if best:  # measured: the K with the largest expected speedup
+            return best[0]
         if getattr(self.drafter, "stops_itself", False):
-            return self.policy.confident_k_max  # the draft's confidence sets each round's length
+            return cap  # unmeasured: the draft's confidence sets each round's length
         if ema is None or ema.n < 3:
             return min(5, self.policy.k_max)
         m = ema.value  # the seed's advice: ~3-4 accepted per round -> K=6, < 2.5 -> K=4
         k = 8 if m >= 4.5 else 6 if m >= 3 else 5 if m >= 2.5 else 4
         return min(k, self.policy.k_max)
 
-    def _note_round(self, tokens: int, seconds: float) -> None:
+    def _plain_s(self) -> float:
+        """Seconds per plain token as measured here (0 before any was)."""
+        return 1.0 / self.plain_tps.value if self.plain_tps.n and self.plain_tps.value > 0 else 0.0
+
+    def _best(self, kind: str, k_max: int) -> tuple[int, float] | None:
+        """(K, expected speedup) for `kind` from its measured rounds and the measured plain
+        step; None until 3 rounds and a plain step are measured."""
+        fit = self.fits.get(kind)
+        plain_s = self._plain_s()
+        if fit is None or fit.w <= 0 or fit.rounds < 3 and fit.w < 3 or plain_s <= 0:
+            return None
+        c0, c1 = fit.cost(plain_s)
+        return best_k(fit.acceptance, c0, c1, plain_s, k_max)
+
+    def expected(self) -> tuple[float, str] | None:
+        """The best expected speedup over the drafter kinds measured here, and a summary of
+        its figures; None until one is measured."""
+        found = None
+        for kind, fit in self.fits.items():
+            cap = self.policy.lookup_k_max if kind == "lookup" else self.policy.confident_k_max
+            best = self._best(kind, self.policy.fixed_k or cap)
+            if best is None:
+                continue
+            if self.policy.fixed_k:  # a pinned K is the only one there is
+                c0, c1 = fit.cost(self._plain_s())
+                best = (self.policy.fixed_k, expected_speedup(fit.acceptance, self.policy.fixed_k,
+                                                              c0, c1, self._plain_s()))
+            if found is None or best[1] > found[0]:
+                c0, c1 = fit.cost(self._plain_s())
+                cost = (c0 + c1 * best[0]) / self._plain_s()
+                found = (best[1], (f"{kind} acceptance {fit.acceptance:.2f}, a round of "
+                                   f"K={best[0]} costs {cost:.2f} plain steps"))
+        return found
+
+    def _note_round(self, tokens: int, seconds: float, kind: str | None = None) -> None:
+        """One round's tokens and time (its drafts' figures are read from the call's tally)."""
         seconds = max(seconds, 1e-9)
         self.spec_tps.add(tokens / seconds)
         d = self.RECENT_DECAY
         self.recent = (d * self.recent[0] + tokens, d * self.recent[1] + seconds)
+        c = self.call
+        drafted, accepted, draft_s, by_source = self._seen
+        k, n = c.drafted - drafted, c.accepted - accepted
+        if kind is None:  # which drafter: the source whose tally grew
+            grown = [s for s, (dd, _) in c.by_source.items() if dd > by_source.get(s, 0)]
+            kind = ("lookup" if grown[0] in ("lookup", "suffix") else "model") if grown else ""
+        if k > 0 and kind:
+            self.fits.setdefault(kind, _RoundFit()).add(k, n, seconds, c.draft_s - draft_s)
+        self._seen = (c.drafted, c.accepted, c.draft_s,
+                      {s: dd for s, (dd, _) in c.by_source.items()})
+
+    def _expected_off(self) -> str | None:
+        """A reason to switch off when the expected speedup of the best K is below the
+        policy's floor, once enough rounds are measured since drafting last came on."""
+        if self.policy.mode != "auto":
+            return None
+        if sum(f.rounds for f in self.fits.values()) < self.policy.probe_rounds:
+            return None
+        got = self.expected()
+        if got is None or got[0] >= self.policy.min_speedup:
+            return None
+        return f"expected speedup {got[0]:.2f}x < {self.policy.min_speedup:g} ({got[1]})"
 
     def _check_speed(self) -> str | None:
         """Decide on/off from measured speeds; returns a reason when switching off."""
@@ -218,7 +359,7 @@ class Speculator:
             self.check_every = self.policy.probe_rounds
             return f"measured speedup {ratio:.2f}x < 1"
         self.backoff = self.policy.backoff_tokens
-        self.check_every = min(self.check_every * 2, 256)
+        self.check_every = min(self.check_every * 2, self.policy.check_every_max)
         return None
 
     # ---- decoding -----------------------------------------------------------------------
@@ -228,6 +369,7 @@ class Speculator:
         """Yield `Batch`es or events until the session stops us or `cancel`
         is set (checked before every round, so a cancel never splits a round)."""
         self.call = _CallStats()
+        self._seen = (0, 0, 0.0, {})
         cancel = cancel or CancelToken()
         self.probe_plain = 0
         draft: Draft | None = None  # proposed at the end of a run of plain tokens
@@ -260,7 +402,11 @@ class Speculator:
             self._note_round(len(emitted), self.clock() - t0)
             pending = emitted[-1]
             self.rounds_since_check += 1
-            if self.policy.mode == "auto" and self.rounds_since_check >= self.check_every:
+            reason = self._expected_off()
+            if reason:
+                self.rounds_since_check = 0
+                yield from self._switch_off(reason)
+            elif self.policy.mode == "auto" and self.rounds_since_check >= self.check_every:
                 self.rounds_since_check = 0
                 if self.plain_fresh:  # plain speed was measured on misses since the last check
                     self.plain_fresh = False
@@ -293,6 +439,8 @@ class Speculator:
                 self.enabled = True
                 self.off_reason = ""
                 self.rounds_since_check = 0
+                for fit in self.fits.values():  # fresh rounds decide (the text may have changed)
+                    fit.forget()
                 yield SpeculationChanged(True, self.k_for("model"), "re-probing")
         return pending
 

@@ -1,0 +1,364 @@
+"""`spec-agent bench agentic`: multi-turn agent sessions replayed turn by turn, per drafter.
+
+The sessions are the repository's own eval tasks (agent/eval/tasks) as the agent really ran
+them: `--record` runs `spec-agent eval`'s path (a `Runtime`, the `Conversation`, the default
+model and settings) and writes every model turn's exact prompt tokens and reply tokens to
+agent/bench/agentic/replays.json (prompts kept as a delta on the previous turn's prompt, so
+the file stays small). The replay feeds, at each assistant turn, the recorded history (the
+prompt the agent built, with the recorded earlier replies and tool results) and decodes the
+reply greedily with each mode in turn, in one process:
+- plain; lookup (prompt lookup over the context); suffix (the suffix index alone); lookup +
+  suffix (the product's lookup drafter); with a draft model also the draft alone and all
+  combined (draft + lookup + suffix).
+Modes alternate their order turn by turn so machine noise hits them alike, and each keeps one
+`Session` and one `Speculator` for the whole run, as the agent does. The prompt KV is shared
+through an in-memory prefix store, so only decoding differs between modes.
+
+The suffix index is what a user of this repository would have: when session i starts it
+holds the recorded replies of the sessions recorded before it (never session i's own), and
+during the session each reply decoded so far is added after its turn (as the agent adds
+each reply). The report says how many tokens it held per session.
+
+Reported: decode tok/s per mode over each whole session (tokens / decode seconds, every turn
+summed), ratios to plain, acceptance per drafter source (`GenerationStats.by_source`), and
+whether every mode's greedy output equals plain's token for token.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+DATA = Path(__file__).parent / "agentic" / "replays.json"
+FORMAT, VERSION = "spec-agent-agentic-replays", 1
+
+
+# ---- the recorded sessions ----------------------------------------------------------------
+
+@dataclass
+class Turn:
+    prompt: list[int]
+    reply: list[int]
+    finish: str
+
+
+@dataclass
+class Recorded:
+    task: str
+    subset: str
+    category: str
+    passed: bool
+    turns: list[Turn] = field(default_factory=list)
+    edit_format: str = "whole"
+
+
+def encode(model: str, sessions: list[Recorded], settings: dict) -> dict:
+    """The JSON object for `sessions` (each prompt as keep + add on the previous prompt)."""
+    prev: list[int] = []
+    out = []
+    for s in sessions:
+        turns = []
+        for t in s.turns:
+            keep = _common(prev, t.prompt)
+            turns.append(dict(keep=keep, add=t.prompt[keep:], reply=t.reply, finish=t.finish))
+            prev = t.prompt
+        out.append(dict(task=s.task, subset=s.subset, category=s.category, passed=s.passed,
+                        edit_format=s.edit_format, turns=turns))
+    return dict(format=FORMAT, version=VERSION, model=model, settings=settings, sessions=out)
+
+
+def decode(data: dict) -> tuple[str, list[Recorded]]:
+    if data.get("format") != FORMAT or data.get("version") != VERSION:
+        raise ValueError("not a replay file of this version")
+    prev: list[int] = []
+    sessions = []
+    for s in data["sessions"]:
+        rec = Recorded(s["task"], s["subset"], s["category"], s["passed"],
+                       edit_format=s["edit_format"])
+        for t in s["turns"]:
+            prompt = prev[: t["keep"]] + list(t["add"])
+            rec.turns.append(Turn(prompt, list(t["reply"]), t["finish"]))
+            prev = prompt
+        sessions.append(rec)
+    return data["model"], sessions
+
+
+def load(path: Path = DATA) -> tuple[str, list[Recorded]]:
+    return decode(json.loads(path.read_text()))
+
+
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+# Tasks recorded with the tool edit format too (edit_file/write_file and the other tools:
+# several turns each, so sessions take minutes here): tune and check tasks alike.
+TOOL_TASKS = ("off_by_one_slice", "docstring_function", "new_test_shout",
+              "rename_across_files", "new_param_times")
+
+
+def record(cfg, names: list[str], subset: str, out: Path, time_limit_s: float, log,
+           formats: Sequence[str] = ("whole", "tool")) -> int:
+    """Run the eval tasks with the agent as `spec-agent eval` does, per edit format (whole:
+    the model replies with the file, mostly one turn; tool: edit_file/write_file and the
+    other tools, several turns; only `TOOL_TASKS` unless tasks are named), and write every
+    model turn. Sessions in `out` that are not recorded again are kept (in their order)."""
+    from dataclasses import replace
+
+    from ..eval.runner import eval_config, local_model_factory, run_task
+    from ..eval.tasks import load_tasks
+    from ..events import GenerationStats, TextDelta
+
+    turns: list[Turn] = []
+    sessions: list[Recorded] = []
+    settings: dict = {}
+    kept: list[Recorded] = []
+    if out.is_file():
+        data = json.loads(out.read_text())
+        try:
+            kept = decode(data)[1]
+            settings = dict(data.get("settings", {}))
+        except (KeyError, ValueError):
+            kept = []
+    for fmt in formats:
+        tasks = load_tasks(subset, names or (list(TOOL_TASKS) if fmt == "tool" else None))
+        redo = {t.name for t in tasks}
+        kept = [s for s in kept if not (s.edit_format == fmt and s.task in redo)]
+        c = eval_config(replace(cfg, edit_format=fmt))
+        model_for = local_model_factory(c)
+        patched: set[int] = set()
+
+        def model_for_task(ctx, model_for=model_for, patched=patched):
+            model = model_for(ctx)
+            if id(model.session) not in patched:  # record each model turn of the session
+                patched.add(id(model.session))
+                generate = model.session.generate
+
+                def gen(prompt, *a, **kw):
+                    reply: list[int] = []
+                    for ev in generate(prompt, *a, **kw):
+                        if isinstance(ev, TextDelta):
+                            reply += ev.tokens
+                        elif isinstance(ev, GenerationStats):
+                            turns.append(Turn(list(prompt), reply, ev.finish_reason))
+                        yield ev
+                model.session.generate = gen
+            return model
+
+        settings[fmt] = dict(model=c.model, temperature=c.temperature, max_tokens=c.max_tokens,
+                             max_turns=c.max_turns, edit_format=fmt,
+                             constrained_calls=c.constrained_calls, time_limit_s=time_limit_s)
+        for task in tasks:
+            turns.clear()
+            t0 = time.perf_counter()
+            r = run_task(task, c, model_for_task, time_limit_s)
+            sessions.append(Recorded(task.name, task.subset, task.category, r.passed,
+                                     list(turns), fmt))
+            log(f"  {fmt:5} {task.name:24} {'PASS' if r.passed else 'fail'} {len(turns)} turns, "
+                f"{sum(len(t.reply) for t in turns)} reply tokens, {time.perf_counter() - t0:.0f} s")
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(encode(c.model, kept + sessions, settings),
+                                      separators=(",", ":")))
+    return len(sessions)
+
+
+# ---- the replay ---------------------------------------------------------------------------
+
+def suffix_only(suffix, max_k: int = 16):
+    """The suffix index alone, as a drafter: a `PromptLookup` whose context index is never
+    filled, so only earlier replies draft. It keeps lookup's name, so the `Speculator`
+    treats it as lookup (no model call per proposal, plain tokens on a miss)."""
+    from ..engine.drafters import PromptLookup
+
+    class SuffixOnly(PromptLookup):
+        def _add(self, seq, index, start, upto) -> None:  # the context is never indexed
+            return None
+
+    return SuffixOnly(max_k=max_k, suffix=suffix)
+
+
+@dataclass
+class Mode:
+    name: str
+    session: object  # a Session (plain: without a speculator)
+    lookups: list  # the PromptLookups whose suffix index is set per session
+    tokens: int = 0
+    decode_s: float = 0.0
+    by_source: dict = field(default_factory=dict)  # source -> [drafted, accepted]
+    outputs: list = field(default_factory=list)  # this session's replies
+
+
+def _modes(target, draft, pstore, cfg) -> list[Mode]:
+    from ..engine.drafters import Combined, DraftModel, PromptLookup
+    from ..engine.session import Session
+    from ..engine.speculative import SpecPolicy, Speculator
+
+    policy = lambda: SpecPolicy(mode=cfg.speculation if cfg.speculation != "off" else "auto",  # noqa: E731
+                                fixed_k=cfg.num_draft_tokens)
+    k = cfg.num_draft_tokens or 16
+    out = [Mode("plain", Session(target, store=pstore), [])]
+    lookup, both, suffix = PromptLookup(max_k=k), PromptLookup(max_k=k), suffix_only(None, k)
+    for name, drafter, lookups in (("lookup", lookup, []), ("suffix", suffix, [suffix]),
+                                   ("lookup+suffix", both, [both])):
+        out.append(Mode(name, Session(target, speculator=Speculator(drafter, policy()),
+                                      store=pstore), lookups))
+    if draft is not None:
+        vocab = min(target.vocab_size, draft.vocab_size)
+        model = lambda: DraftModel(draft, cfg.draft_confidence, vocab, cfg.draft_vocab)  # noqa: E731
+        everything = PromptLookup(max_k=k)
+        for name, drafter, lookups in (("draft", model(), []),
+                                       ("all", Combined(model(), everything), [everything])):
+            out.append(Mode(name, Session(target, speculator=Speculator(drafter, policy()),
+                                          store=pstore), lookups))
+    return out
+
+
+def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path = DATA) -> dict:
+    from .. import models
+    from ..engine.blas import loaded_blas
+    from ..engine.prefix_store import PrefixStore
+    from ..engine.suffix import SuffixIndex
+
+    model_name, sessions = load(path)
+    if names:
+        unknown = [n for n in names if n not in {s.task for s in sessions}]
+        if unknown:
+            raise ValueError(f"no recorded session for: {', '.join(unknown)}")
+    cap = tokens or (48 if quick else 256)
+    if quick:
+        names = names or [s.task for s in sessions if len(s.turns) > 1][:2] or [sessions[0].task]
+    target = models.load(cfg.model or model_name, device="cpu")
+    draft = models.load(cfg.draft_model, device="cpu") if cfg.draft_model else None
+    if target.name != model_name and (cfg.model or model_name) != model_name:
+        log(f"note: replaying {model_name}'s sessions with {target.name}")
+    pstore = PrefixStore(None, memory_mb=4096, disk_mb=0)
+    modes = _modes(target, draft, pstore, cfg)
+    eos = set(target.eos_ids)
+    log(f"{len(names) if names else len(sessions)} recorded sessions of {model_name}, replayed with "
+        f"{target.name}{' + draft ' + draft.name if draft else ''}; up to {cap} tokens per "
+        f"turn; modes {', '.join(m.name for m in modes)}; BLAS: {loaded_blas()}")
+    rows = []
+    earlier: list[list[int]] = []  # recorded replies of the sessions before this one
+    turn_no = 0
+    for s in sessions:
+        chosen = not names or s.task in names
+        if not chosen:
+            earlier += [t.reply for t in s.turns]
+            continue
+        index = SuffixIndex(target.name)
+        for reply in earlier:
+            index.add(reply)
+        held = len(index)
+        for m in modes:
+            for lk in m.lookups:
+                lk.suffix = index
+            m.tokens, m.decode_s, m.by_source, m.outputs = 0, 0.0, {}, []
+        for t in s.turns:
+            # Alternate the order turn by turn (plain first, then last, ...).
+            order_ = modes[turn_no % len(modes):] + modes[: turn_no % len(modes)]
+            turn_no += 1
+            for m in order_:
+                done = m.session.complete(t.prompt, max_tokens=cap, stop_tokens=eos)
+                st = done.stats
+                m.outputs.append(done.tokens)
+                gen = st.generated_tokens
+                if gen > 1:
+                    m.tokens += gen - 1  # decode speed counts from the first token on
+                    m.decode_s += st.decode_s
+                for src, d, a in st.by_source:
+                    tally = m.by_source.setdefault(src, [0, 0])
+                    tally[0] += d
+                    tally[1] += a
+            index.add(modes[0].outputs[-1])  # the agent adds each reply after its turn
+        plain = modes[0]
+        row = dict(session=s.task, subset=s.subset, turns=len(s.turns),
+                   tokens=sum(len(o) for o in plain.outputs), suffix_index_tokens=held,
+                   suffix_index_tokens_end=len(index))
+        for m in modes:
+            tps = m.tokens / m.decode_s if m.decode_s > 0 else 0.0
+            row[f"{m.name}_tps"] = tps
+            row[f"{m.name}_identical"] = m.outputs == plain.outputs
+            row[f"{m.name}_by_source"] = {k: dict(drafted=d, accepted=a,
+                                                  acceptance=a / d if d else 0.0)
+                                          for k, (d, a) in sorted(m.by_source.items())}
+        for m in modes[1:]:
+            row[f"{m.name}_vs_plain"] = row[f"{m.name}_tps"] / row["plain_tps"] if row["plain_tps"] else 0.0
+        rows.append(row)
+        log(f"  {s.task:22} {row['turns']} turns {row['tokens']:4} tok, index {held:5} tok | plain "
+            f"{row['plain_tps']:5.2f} tok/s | "
+            + " | ".join(f"{m.name} {row[m.name + '_vs_plain']:.2f}x" for m in modes[1:])
+            + f" | identical {all(row[m.name + '_identical'] for m in modes)}")
+        earlier += [t.reply for t in s.turns]
+    return summarize(rows, [m.name for m in modes], dict(model=model_name, target=target.name,
+                     draft=draft.name if draft else "", tokens_per_turn=cap, blas=loaded_blas(),
+                     speculation=cfg.speculation))
+
+
+def summarize(rows: list[dict], modes: list[str], info: dict) -> dict:
+    """Per mode: the ratio to plain per session, its median, mean and minimum; the ratio of
+    total tokens / total decode time over all sessions; lookup+suffix against lookup alone."""
+    out = dict(info, sessions=rows, modes=modes)
+    spec = modes[1:]
+    for name in spec:
+        ratios = [r[f"{name}_vs_plain"] for r in rows]
+        out[f"{name}_vs_plain_median"] = statistics.median(ratios) if ratios else 0.0
+        out[f"{name}_vs_plain_mean"] = statistics.mean(ratios) if ratios else 0.0
+        out[f"{name}_vs_plain_min"] = min(ratios) if ratios else 0.0
+        src: dict[str, list[int]] = {}
+        for r in rows:
+            for k, v in r[f"{name}_by_source"].items():
+                t = src.setdefault(k, [0, 0])
+                t[0] += v["drafted"]
+                t[1] += v["accepted"]
+        out[f"{name}_acceptance"] = {k: dict(drafted=d, accepted=a, acceptance=a / d if d else 0.0)
+                                     for k, (d, a) in sorted(src.items())}
+    if "lookup+suffix" in modes:
+        out["lookup_suffix_vs_lookup_min"] = min(
+            (r["lookup+suffix_tps"] / r["lookup_tps"] for r in rows if r["lookup_tps"]), default=0.0)
+    out["identical_to_plain"] = all(r[f"{m}_identical"] for r in rows for m in modes)
+    return out
+
+
+def print_report(r: dict) -> None:
+    print(f"agentic replays: {len(r['sessions'])} sessions of {r['model']} (target {r['target']}"
+          f"{', draft ' + r['draft'] if r['draft'] else ''}), up to {r['tokens_per_turn']} tokens "
+          f"per turn, speculation {r['speculation']}")
+    for name in r["modes"][1:]:
+        acc = ", ".join(f"{k} {v['acceptance']:.2f} ({v['accepted']}/{v['drafted']})"
+                        for k, v in r[f"{name}_acceptance"].items())
+        print(f"  {name:14} vs plain: median {r[name + '_vs_plain_median']:.2f}x, mean "
+              f"{r[name + '_vs_plain_mean']:.2f}x, min {r[name + '_vs_plain_min']:.2f}x"
+              f"  acceptance: {acc or 'n/a'}")
+    if "lookup_suffix_vs_lookup_min" in r:
+        print(f"  lookup+suffix vs lookup alone, worst session: {r['lookup_suffix_vs_lookup_min']:.2f}x")
+    print(f"  identical to plain (greedy, every mode, every turn): {r['identical_to_plain']}")
+    for s in r["sessions"]:
+        print(f"  {s['session']:22} {s['turns']} turns {s['tokens']:4} tok, index "
+              f"{s['suffix_index_tokens']:5} tok | plain {s['plain_tps']:5.2f} tok/s | "
+              + " | ".join(f"{m} {s[m + '_vs_plain']:.2f}x" for m in r["modes"][1:]))
+
+
+def main(args, cfg) -> int:
+    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+    names = [n for n in args.sessions.split(",") if n] if args.sessions else []
+    if args.record:
+        subset = args.subset if args.subset != "all" else "all"
+        n = record(cfg, names, subset, DATA, 150.0, log)
+        log(f"recorded {n} sessions into {DATA}")
+        return 0
+    result = run(cfg, names, args.tokens, args.quick, log)
+    if args.json:
+        print(json.dumps(result, indent=1))
+    else:
+        print_report(result)
+    return 0

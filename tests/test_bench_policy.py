@@ -1,0 +1,123 @@
+"""The speculation policy's decision, fed synthetic rounds: K and on/off follow measured
+acceptance and measured round cost against a measured plain step (speed itself is
+asserted by the benches, not here)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from agent.engine.drafters import PromptLookup
+from agent.engine.speculative import (SpecPolicy, Speculator, best_k, expected_speedup,
+                                      expected_tokens)
+
+
+class _StopsItself(PromptLookup):
+    """Stands in for a draft model that ends its rounds by its own confidence."""
+
+    name = "model"
+    stops_itself = True
+
+
+def feed(spec: Speculator, source: str, rounds, plain_s: float, step_s: float = 0.0,
+         base: float = 1.05) -> None:
+    """Record rounds (k drafted, n accepted) as the Speculator's verify step would, each
+    costing `plain_s * (base + 0.03 k) + step_s * k` (a verify pass a little wider than a
+    plain step, plus `step_s` of drafting per token)."""
+    c = spec.call
+    for k, n in rounds:
+        draft_s = step_s * k
+        c.drafted += k
+        c.accepted += n
+        c.rounds += 1
+        c.draft_s += draft_s
+        tally = c.by_source.setdefault(source, [0, 0])
+        tally[0] += k
+        tally[1] += n
+        spec._note_round(n + 1, plain_s * (base + 0.03 * k) + draft_s)
+
+
+def chain(rng: random.Random, a: float, k: int) -> int:
+    n = 0
+    while n < k and rng.random() < a:
+        n += 1
+    return n
+
+
+def test_expected_tokens_and_best_k():
+    assert expected_tokens(0.0, 5) == 1.0
+    assert expected_tokens(1.0, 5) == 6.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75)
+    # Free drafting and a flat verify: the longest chain pays most.
+    assert best_k(0.9, 1.0, 0.0, 1.0, 12)[0] == 12
+    # Each draft costs a fifth of a step: past some length, more drafts cost more than they bring.
+    k, s = best_k(0.6, 1.0, 0.2, 1.0, 12)
+    assert 1 < k < 6 and s == pytest.approx(expected_speedup(0.6, k, 1.0, 0.2, 1.0))
+    assert best_k(0.1, 1.1, 0.05, 1.0, 12)[1] < 1.0  # nothing pays
+
+
+def test_a_confidently_wrong_draft_is_switched_off_and_its_cap_shrinks():
+    """The controlled pair's `edit` workload: rounds of ~12 drafts, few accepted; a draft
+    step costs a fifth of a target step, so not even K=1 pays."""
+    rng = random.Random(1)
+    spec = Speculator(_StopsItself(), SpecPolicy(mode="auto"))
+    assert spec.k_for("model") == 12  # unmeasured: the draft's confidence decides
+    spec.plain_tps.add(1 / 0.1)
+    feed(spec, "draft", [(12, chain(rng, 0.15, 12)) for _ in range(10)], 0.1, step_s=0.02)
+    assert spec.k_for("model") <= 2
+    reason = spec._expected_off()
+    assert reason and "expected speedup" in reason
+    # `on` keeps drafting, at the short K.
+    on = Speculator(_StopsItself(), SpecPolicy(mode="on"))
+    on.plain_tps.add(1 / 0.1)
+    feed(on, "draft", [(12, chain(rng, 0.15, 12)) for _ in range(10)], 0.1, step_s=0.02)
+    assert on._expected_off() is None and on.k_for("model") <= 2
+
+
+def test_a_good_draft_stays_on_with_a_longer_cap():
+    rng = random.Random(2)
+    spec = Speculator(_StopsItself(), SpecPolicy(mode="auto"))
+    spec.plain_tps.add(1 / 0.1)
+    feed(spec, "draft", [(k, chain(rng, 0.85, k)) for k in (6, 8, 10, 12) * 4], 0.1,
+         step_s=0.008)
+    assert spec._expected_off() is None
+    assert spec.k_for("model") >= 4
+    assert spec.expected()[0] > 1.5
+
+
+def test_lookup_at_low_acceptance_on_prose_switches_off():
+    """The TUI's case: lookup drafting on prose at 14 % acceptance is not worth a round that
+    costs 1.3 pipelined plain steps (a verify pass waits for its result; plain steps overlap)."""
+    rng = random.Random(3)
+    spec = Speculator(PromptLookup(), SpecPolicy(mode="auto"))
+    spec.plain_tps.add(1 / 0.05)
+    feed(spec, "lookup", [(k, chain(rng, 0.14, k)) for k in (3, 4, 2, 5) * 3], 0.05, base=1.3)
+    assert "expected speedup" in (spec._expected_off() or "")
+    copy = Speculator(PromptLookup(), SpecPolicy(mode="auto"))
+    copy.plain_tps.add(1 / 0.05)
+    feed(copy, "lookup", [(16, 16), (16, 16), (8, 3), (16, 16)] * 3, 0.05, base=1.3)
+    assert copy._expected_off() is None
+    assert copy.k_for("lookup") >= 8
+
+
+def test_no_decision_before_enough_rounds_and_a_plain_step():
+    spec = Speculator(_StopsItself(), SpecPolicy(mode="auto", probe_rounds=8))
+    feed(spec, "draft", [(12, 0)] * 10, 0.1)
+    assert spec._expected_off() is None  # no plain step measured yet
+    spec.plain_tps.add(10.0)
+    assert spec._expected_off()
+    spec.fits["model"].forget()  # re-probing: old rounds weigh little, fresh ones decide
+    feed(spec, "draft", [(4, 4)] * 3, 0.1)
+    assert spec._expected_off() is None  # fewer than probe_rounds since the re-probe
+    feed(spec, "draft", [(4, 4)] * 5, 0.1)
+    assert spec._expected_off() is None  # and the fresh rounds pay
+
+
+def test_a_pinned_k_is_judged_at_that_k():
+    rng = random.Random(4)
+    spec = Speculator(_StopsItself(), SpecPolicy(mode="auto", fixed_k=12))
+    spec.plain_tps.add(1 / 0.1)
+    feed(spec, "draft", [(12, chain(rng, 0.6, 12)) for _ in range(10)], 0.1, step_s=0.03)
+    assert spec.k_for("model") == 12
+    assert "K=12" in (spec.expected() or (0, ""))[1]
