@@ -15,9 +15,10 @@ Modes alternate their order turn by turn so machine noise hits them alike, and e
 through an in-memory prefix store, so only decoding differs between modes.
 
 The suffix index is what a user of this repository would have: when session i starts it
-holds the recorded replies of the sessions recorded before it (never session i's own), and
-during the session each reply decoded so far is added after its turn (as the agent adds
-each reply). The report says how many tokens it held per session.
+holds the recorded replies of the sessions recorded before it, except those of the same task
+(in the other edit format: that would hand it the answer), and during the session each reply
+decoded so far is added after its turn (as the agent adds each reply; never the reply being
+decoded). The report says how many tokens it held per session.
 
 Reported: decode tok/s per mode over each whole session (tokens / decode seconds, every turn
 summed), ratios to plain, acceptance per drafter source (`GenerationStats.by_source`), and
@@ -175,14 +176,18 @@ def record(cfg, names: list[str], subset: str, out: Path, time_limit_s: float, l
 # ---- the replay ---------------------------------------------------------------------------
 
 def suffix_only(suffix, max_k: int = 16):
-    """The suffix index alone, as a drafter: a `PromptLookup` whose context index is never
-    filled, so only earlier replies draft. It keeps lookup's name, so the `Speculator`
-    treats it as lookup (no model call per proposal, plain tokens on a miss)."""
+    """The suffix index alone, as a drafter: a `PromptLookup` that never looks at the
+    context, only at earlier replies. It keeps lookup's name, so the `Speculator` treats it
+    as lookup (no model call per proposal, plain tokens on a miss)."""
     from ..engine.drafters import PromptLookup
 
     class SuffixOnly(PromptLookup):
-        def _add(self, seq, index, start, upto) -> None:  # the context is never indexed
-            return None
+        def match(self, history, k):
+            self.source = "suffix"
+            if self.suffix is None:
+                return 0, []
+            n, cont = self.suffix.continuation(history, k)
+            return (n, cont) if cont else (0, [])
 
     return SuffixOnly(max_k=max_k, suffix=suffix)
 
@@ -223,7 +228,10 @@ def _modes(target, draft, pstore, cfg) -> list[Mode]:
     return out
 
 
-def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path = DATA) -> dict:
+def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path = DATA,
+        target=None, draft=None) -> dict:
+    """Replay the sessions in `path` (all, or those of the tasks `names`); `target` and
+    `draft` are loaded from the config unless given."""
     from .. import models
     from ..engine.blas import loaded_blas
     from ..engine.prefix_store import PrefixStore
@@ -237,9 +245,10 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
     cap = tokens or (48 if quick else 256)
     if quick:
         names = names or [s.task for s in sessions if len(s.turns) > 1][:2] or [sessions[0].task]
-    target = models.load(cfg.model or model_name, device="cpu")
-    draft = models.load(cfg.draft_model, device="cpu") if cfg.draft_model else None
-    if target.name != model_name and (cfg.model or model_name) != model_name:
+    if target is None:
+        target = models.load(cfg.model or model_name, device="cpu")
+        draft = models.load(cfg.draft_model, device="cpu") if cfg.draft_model else None
+    if (cfg.model or model_name) != model_name:
         log(f"note: replaying {model_name}'s sessions with {target.name}")
     pstore = PrefixStore(None, memory_mb=4096, disk_mb=0)
     modes = _modes(target, draft, pstore, cfg)
@@ -248,16 +257,17 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
         f"{target.name}{' + draft ' + draft.name if draft else ''}; up to {cap} tokens per "
         f"turn; modes {', '.join(m.name for m in modes)}; BLAS: {loaded_blas()}")
     rows = []
-    earlier: list[list[int]] = []  # recorded replies of the sessions before this one
+    earlier: list[tuple[str, list[int]]] = []  # (task, recorded reply) of the sessions before
     turn_no = 0
     for s in sessions:
         chosen = not names or s.task in names
         if not chosen:
-            earlier += [t.reply for t in s.turns]
+            earlier += [(s.task, t.reply) for t in s.turns]
             continue
         index = SuffixIndex(target.name)
-        for reply in earlier:
-            index.add(reply)
+        for task, reply in earlier:
+            if task != s.task:  # not the same task in another edit format: no answer leaks in
+                index.add(reply)
         held = len(index)
         for m in modes:
             for lk in m.lookups:
@@ -281,7 +291,7 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
                     tally[1] += a
             index.add(modes[0].outputs[-1])  # the agent adds each reply after its turn
         plain = modes[0]
-        row = dict(session=s.task, subset=s.subset, turns=len(s.turns),
+        row = dict(session=s.task, subset=s.subset, edit_format=s.edit_format, turns=len(s.turns),
                    tokens=sum(len(o) for o in plain.outputs), suffix_index_tokens=held,
                    suffix_index_tokens_end=len(index))
         for m in modes:
@@ -298,7 +308,7 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
             f"{row['plain_tps']:5.2f} tok/s | "
             + " | ".join(f"{m.name} {row[m.name + '_vs_plain']:.2f}x" for m in modes[1:])
             + f" | identical {all(row[m.name + '_identical'] for m in modes)}")
-        earlier += [t.reply for t in s.turns]
+        earlier += [(s.task, t.reply) for t in s.turns]
     return summarize(rows, [m.name for m in modes], dict(model=model_name, target=target.name,
                      draft=draft.name if draft else "", tokens_per_turn=cap, blas=loaded_blas(),
                      speculation=cfg.speculation))

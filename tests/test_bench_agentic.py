@@ -1,0 +1,59 @@
+"""`bench agentic`: the recorded sessions decode back exactly, the replay's modes give plain's
+greedy output token for token, and the suffix index holds earlier sessions' replies only."""
+
+from __future__ import annotations
+
+import json
+import random
+
+from agent.bench import agentic
+from agent.bench.agentic import Recorded, Turn, decode, encode
+from agent.config import Config
+
+
+def test_the_committed_replays_are_multi_turn_sessions_of_the_default_model():
+    model, sessions = agentic.load()
+    assert model == Config().model
+    assert {s.edit_format for s in sessions} == {"whole", "tool"}
+    assert {s.subset for s in sessions} == {"tune", "check"}
+    multi = [s for s in sessions if len(s.turns) > 1]
+    assert multi
+    for s in multi:  # each model call's prompt is the history so far: it extends the last one
+        for a, b in zip(s.turns, s.turns[1:]):
+            assert len(b.prompt) > len(a.prompt) and b.prompt[: len(a.prompt)] == a.prompt
+
+
+def test_encode_decode_round_trip():
+    rng = random.Random(0)
+    base = [rng.randrange(500) for _ in range(50)]
+    s1 = Recorded("a", "tune", "x", True, [Turn(base + [1, 2], [3, 4], "stop"),
+                                           Turn(base + [1, 2, 3, 4, 9], [5], "length")], "tool")
+    s2 = Recorded("b", "check", "y", False, [Turn(base[:20] + [7], [8], "stop")])
+    data = json.loads(json.dumps(encode("m", [s1, s2], {})))
+    assert data["sessions"][0]["turns"][1]["keep"] == 52  # a delta on the last prompt (all 52 kept)
+    model, got = decode(data)
+    assert model == "m" and got == [s1, s2]
+
+
+def test_replay_is_identical_across_modes_and_the_index_holds_earlier_sessions(pair, tmp_path):
+    target, draft = pair
+    text = "def add(a, b):\n    return a + b\n"
+    p1 = target.tokenizer.encode(text * 3)
+    reply1 = target.tokenizer.encode(text)
+    t1 = [Turn(p1, reply1, "stop"), Turn(p1 + reply1 + p1[:5], reply1[:4], "stop")]
+    p2 = list(target.tokenizer.encode(text * 2)) + [3, 4]
+    sessions = [Recorded("one", "tune", "c", True, t1, "tool"),
+                Recorded("two", "check", "c", False, [Turn(p2, reply1, "stop")], "tool"),
+                Recorded("one", "tune", "c", True, [Turn(p1, reply1, "stop")], "whole")]
+    path = tmp_path / "replays.json"
+    path.write_text(json.dumps(encode("tiny", sessions, {})))
+    r = agentic.run(Config(), [], 16, False, lambda m: None, path, target, draft)
+    assert r["modes"] == ["plain", "lookup", "suffix", "lookup+suffix", "draft", "all"]
+    assert r["identical_to_plain"] is True
+    held = [s["suffix_index_tokens"] for s in r["sessions"]]
+    # Session one starts with nothing; two with one's recorded replies; the whole-format
+    # session of task one with two's only (never its own task's).
+    assert held == [0, len(reply1) + 4 + 1 * 2, len(reply1) + 1]
+    for s in r["sessions"]:
+        assert s["plain_tps"] > 0 and s["tokens"] > 0
+    assert r["lookup+suffix_vs_plain_median"] > 0
