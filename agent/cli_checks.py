@@ -27,15 +27,15 @@ ENGINE = {"model": "-m/--model", "draft_model": "--draft-model", "num_draft_toke
           "device": "--device", "blas": "--blas", "engine": "--engine", "base_url": "--base-url"}
 BENCH = {"quick": "--quick", "tokens": "--tokens", "subset": "--subset",
          "through_eos": "--through-eos", "pair": "--pair", "eps": "--eps", "record": "--record",
-         "sessions": "--sessions"}
+         "sessions": "--sessions", "repeat": "--repeat"}
 DEFAULTS = {"output_format": "text", "input_format": "text", "subset": "all", "pair": "auto",
-            "eps": 0.5, "sessions": ""}
+            "eps": 0.5, "sessions": "", "repeat": 1}
 
 # What each bench reads (agent/bench/spec.py, cache.py, lookup.py, grammar.py, agentic.py),
 # besides --json.
 BENCH_READS = {
     "spec": {"quick", "tokens", "pair", "eps", "num_draft_tokens", "temperature", "top_p",
-             "speculation"},
+             "speculation", "repeat"},
     "cache": {"model", "draft_model", "device", "blas", "speculation", "drafter",
               "num_draft_tokens"},
     "lookup": {"quick", "tokens", "subset", "through_eos", "model", "device", "blas"},

@@ -102,14 +102,14 @@ def test_lookup_at_low_acceptance_on_prose_switches_off():
 
 
 def test_no_decision_before_enough_rounds_and_a_plain_step():
-    spec = Speculator(_StopsItself(), SpecPolicy(mode="auto", probe_rounds=8))
+    spec = Speculator(_StopsItself(), SpecPolicy(mode="auto", decide_after=4))
     feed(spec, "draft", [(12, 0)] * 10, 0.1)
     assert spec._expected_off() is None  # no plain step measured yet
     spec.plain_tps.add(10.0)
     assert spec._expected_off()
     spec.fits["model"].forget()  # re-probing: old rounds weigh little, fresh ones decide
     feed(spec, "draft", [(4, 4)] * 3, 0.1)
-    assert spec._expected_off() is None  # fewer than probe_rounds since the re-probe
+    assert spec._expected_off() is None  # fewer than decide_after rounds since the re-probe
     feed(spec, "draft", [(4, 4)] * 5, 0.1)
     assert spec._expected_off() is None  # and the fresh rounds pay
 

@@ -86,9 +86,11 @@ def _prompt(lm: LoadedModel, text: str) -> list[int]:
 
 
 def bench_pair(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], log,
-               fixed_k: int = 0, mode: str = "auto") -> dict:
+               fixed_k: int = 0, mode: str = "auto", repeat: int = 1) -> dict:
     """Part 1: draft-model speculation vs plain vs mlx-lm on every workload, interleaved.
-    `mode`: ours runs the product's `--speculation` (auto: off where it does not pay)."""
+    `mode`: ours runs the product's `--speculation` (auto: off where it does not pay).
+    `repeat` > 1: ours and plain run again in turns (ours, plain, ...) and the workload's
+    figures are medians (plain over every plain run, ours over its runs)."""
     from ..config import Config
 
     # Product defaults (rounds ended by the draft's confidence); persists across workloads.
@@ -103,8 +105,18 @@ def bench_pair(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], l
         theirs = {k: _mlx_lm(target, draft, prompt, n, k) for k in ks}
         plain2 = timed(Session(target), prompt, n)  # plain again: bracket the others in time
         base = (plain.tps + plain2.tps) / 2
+        ours_runs, plain_runs = [mine.tps], [plain.tps, plain2.tps]
+        for _ in range(repeat - 1):
+            again = timed(Session(target, speculator=ours), prompt, n)
+            ours_runs.append(again.tps)
+            plain_runs.append(timed(Session(target), prompt, n).tps)
+            if again.tokens != plain.tokens:
+                mine = again  # the identity check sees every run
+        if repeat > 1:
+            base = statistics.median(plain_runs)
         s = mine.stats
-        row = dict(workload=name, plain_tps=base, spec_tps=mine.tps,
+        row = dict(workload=name, plain_tps=base, spec_tps=statistics.median(ours_runs),
+                   spec_runs_tps=ours_runs, plain_runs_tps=plain_runs,
                    loop_period=loop_period(plain.tokens),
                    identical_to_plain=mine.tokens == plain.tokens,
                    mlx_lm_identical=all(r.tokens == plain.tokens for r in theirs.values()),
@@ -112,7 +124,8 @@ def bench_pair(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], l
                    drafted=s.drafted, accepted=s.accepted, rounds=s.rounds,
                    mlx_lm_tps={k: r.tps for k, r in theirs.items()})
         rows.append(row)
-        log(f"  {name:6}{' (loops)' if row['loop_period'] else ''} plain {base:6.2f} tok/s | ours {mine.tps:6.2f} (K={s.k}, acceptance "
+        log(f"  {name:6}{' (loops)' if row['loop_period'] else ''} plain {base:6.2f} tok/s | ours {row['spec_tps']:6.2f} "
+            f"({row['spec_tps'] / base:.2f}x; K={s.k}, acceptance "
             f"{s.acceptance_rate:.2f}, mean {s.mean_accepted:.2f}) | mlx-lm "
             + " ".join(f"K{k}:{r.tps:.2f}" for k, r in theirs.items()))
     all_rows = rows
@@ -204,7 +217,8 @@ def controlled_models(quick: bool, eps: float, log) -> tuple[LoadedModel, Loaded
 
 
 def run_bench(quick: bool = False, tokens: int | None = None, eps: float = 0.5,
-              fixed_k: int = 0, log=lambda m: print(m, file=sys.stderr), mode: str = "auto") -> dict:
+              fixed_k: int = 0, log=lambda m: print(m, file=sys.stderr), mode: str = "auto",
+              repeat: int = 1) -> dict:
     """`fixed_k`: pin K for ours and run mlx-lm at that K only (equal-K comparison)."""
     n = tokens or (24 if quick else 64)
     ks = [fixed_k] if fixed_k else [2, 4] if quick else list(range(2, 9))
@@ -215,7 +229,7 @@ def run_bench(quick: bool = False, tokens: int | None = None, eps: float = 0.5,
         f"draft step {d1:.1f} ms (cost ratio {d1 / t1:.3f}); BLAS: {loaded_blas()}")
     out = dict(pair=shape, blas=loaded_blas(), tokens=n, target_step_ms=t1,
                target_verify8_ms=t8, draft_step_ms=d1, draft_cost_ratio=d1 / t1)
-    out.update(bench_pair(target, draft, n, ks, log, fixed_k, mode))
+    out.update(bench_pair(target, draft, n, ks, log, fixed_k, mode, repeat))
     out.update(bench_sampled(target, draft, n, out["mlx_lm_best_k"], 0.7, 1 if quick else 4, log))
     from .. import store
 
@@ -269,7 +283,7 @@ def main(args, cfg) -> int:
         raise ConfigError("--temperature with `bench spec`: give --pair qwen-coder (the "
                           "controlled pair measures T=0.7 at a fixed K already)")
     result = run_bench(quick=args.quick, tokens=args.tokens, eps=args.eps,
-                       fixed_k=cfg.num_draft_tokens, mode=_mode(cfg))
+                       fixed_k=cfg.num_draft_tokens, mode=_mode(cfg), repeat=args.repeat)
     if args.json:
         print(json.dumps(result, indent=1))
         return 0

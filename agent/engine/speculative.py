@@ -102,8 +102,9 @@ class SpecPolicy:
     plain_probe: int = 4  # plain tokens timed per comparison
     backoff_tokens: int = 32  # plain tokens before re-probing (doubles while it keeps losing)
     # The expected speedup (measured acceptance and round cost against a measured plain step)
-    # below which auto switches drafting off, once `probe_rounds` rounds are measured.
+    # below which auto switches drafting off ...
     min_speedup: float = 1.0
+    decide_after: int = 4  # ... once this many rounds are measured since it last came on
     check_every_max: int = 32  # rounds between measured-speed checks while speculation wins
 
 
@@ -304,7 +305,8 @@ class Speculator:
         its figures; None until one is measured."""
         found = None
         for kind, fit in self.fits.items():
-            cap = self.policy.lookup_k_max if kind == "lookup" else self.policy.confident_k_max
+            cap = (self.policy.lookup_k_max if kind == "lookup" else self.policy.confident_k_max
+                   if getattr(self.drafter, "stops_itself", False) else self.policy.k_max)
             best = self._best(kind, self.policy.fixed_k or cap)
             if best is None:
                 continue
@@ -341,7 +343,7 @@ class Speculator:
         policy's floor, once enough rounds are measured since drafting last came on."""
         if self.policy.mode != "auto":
             return None
-        if sum(f.rounds for f in self.fits.values()) < self.policy.probe_rounds:
+        if sum(f.rounds for f in self.fits.values()) < self.policy.decide_after:
             return None
         got = self.expected()
         if got is None or got[0] >= self.policy.min_speedup:
@@ -371,7 +373,10 @@ class Speculator:
         self.call = _CallStats()
         self._seen = (0, 0, 0.0, {})
         cancel = cancel or CancelToken()
-        self.probe_plain = 0
+        # auto: a few plain tokens first when plain speed is unmeasured, so the first rounds
+        # can be judged as soon as they are measured (plain tokens are never lost)
+        self.probe_plain = (self.policy.plain_probe if self.policy.mode == "auto"
+                            and self.plain_tps.n == 0 and self.enabled else 0)
         draft: Draft | None = None  # proposed at the end of a run of plain tokens
         while not cancel.cancelled:
             if self.probe_plain or not self.enabled:
