@@ -354,6 +354,10 @@ def _bench(args, cfg) -> int:
     if args.what == "agentic":
         from .bench.agentic import main as bench_agentic_main
 
+        if args.record:  # the recorder runs the eval's tasks with the agent
+            from .eval import runner, tasks
+
+            return bench_agentic_main(args, cfg, (runner, tasks))
         return bench_agentic_main(args, cfg)
     if args.what == "cache":
         from .bench.cache import main as bench_cache_main

@@ -22,7 +22,9 @@ decoded). The report says how many tokens it held per session.
 
 Reported: decode tok/s per mode over each whole session (tokens / decode seconds, every turn
 summed), ratios to plain, acceptance per drafter source (`GenerationStats.by_source`), and
-whether every mode's greedy output equals plain's token for token.
+whether every mode's greedy output equals plain's token for token. Each turn decodes until
+the end-of-turn token, at most as many tokens as the recorded reply had plus one (the agent
+stopped some replies at a stop string or a grammar's end) and at most `--tokens`.
 """
 
 from __future__ import annotations
@@ -109,16 +111,19 @@ TOOL_TASKS = ("off_by_one_slice", "docstring_function", "new_test_shout",
 
 
 def record(cfg, names: list[str], subset: str, out: Path, time_limit_s: float, log,
-           formats: Sequence[str] = ("whole", "tool")) -> int:
+           runner, tasks_mod, formats: Sequence[str] = ("whole", "tool")) -> int:
     """Run the eval tasks with the agent as `spec-agent eval` does, per edit format (whole:
     the model replies with the file, mostly one turn; tool: edit_file/write_file and the
     other tools, several turns; only `TOOL_TASKS` unless tasks are named), and write every
-    model turn. Sessions in `out` that are not recorded again are kept (in their order)."""
+    model turn. Sessions in `out` that are not recorded again are kept (in their order).
+    `runner` and `tasks_mod` are agent.eval.runner and agent.eval.tasks, handed in by the
+    command line (bench/ sits beside eval/, not above it)."""
     from dataclasses import replace
 
-    from ..eval.runner import eval_config, local_model_factory, run_task
-    from ..eval.tasks import load_tasks
     from ..events import GenerationStats, TextDelta
+
+    eval_config, local_model_factory = runner.eval_config, runner.local_model_factory
+    run_task, load_tasks = runner.run_task, tasks_mod.load_tasks
 
     turns: list[Turn] = []
     sessions: list[Recorded] = []
@@ -278,7 +283,9 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
             order_ = modes[turn_no % len(modes):] + modes[: turn_no % len(modes)]
             turn_no += 1
             for m in order_:
-                done = m.session.complete(t.prompt, max_tokens=cap, stop_tokens=eos)
+                # as many tokens as the agent's reply had (and its stop token), at most `cap`
+                done = m.session.complete(t.prompt, max_tokens=min(cap, len(t.reply) + 1),
+                                          stop_tokens=eos)
                 st = done.stats
                 m.outputs.append(done.tokens)
                 gen = st.generated_tokens
@@ -358,12 +365,12 @@ def print_report(r: dict) -> None:
               + " | ".join(f"{m} {s[m + '_vs_plain']:.2f}x" for m in r["modes"][1:]))
 
 
-def main(args, cfg) -> int:
-    log = lambda m: print(m, file=sys.stderr)  # noqa: E731
+def main(args, cfg, eval_modules=None) -> int:
+    """`eval_modules`: (agent.eval.runner, agent.eval.tasks), for `--record`."""
+    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     names = [n for n in args.sessions.split(",") if n] if args.sessions else []
     if args.record:
-        subset = args.subset if args.subset != "all" else "all"
-        n = record(cfg, names, subset, DATA, 150.0, log)
+        n = record(cfg, names, args.subset, DATA, 150.0, log, *eval_modules)
         log(f"recorded {n} sessions into {DATA}")
         return 0
     result = run(cfg, names, args.tokens, args.quick, log)
