@@ -258,7 +258,8 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
     pstore = PrefixStore(None, memory_mb=4096, disk_mb=0)
     modes = _modes(target, draft, pstore, cfg)
     eos = set(target.eos_ids)
-    log(f"{len(names) if names else len(sessions)} recorded sessions of {model_name}, replayed with "
+    chosen_n = sum(1 for s in sessions if not names or s.task in names)
+    log(f"{chosen_n} recorded sessions of {model_name}, replayed with "
         f"{target.name}{' + draft ' + draft.name if draft else ''}; up to {cap} tokens per "
         f"turn; modes {', '.join(m.name for m in modes)}; BLAS: {loaded_blas()}")
     rows = []
