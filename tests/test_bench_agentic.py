@@ -57,3 +57,20 @@ def test_replay_is_identical_across_modes_and_the_index_holds_earlier_sessions(p
     for s in r["sessions"]:
         assert s["plain_tps"] > 0 and s["tokens"] > 0
     assert r["lookup+suffix_vs_plain_median"] > 0
+
+
+def test_trained_pair_bench_samples_at_temperature_beside_mlx_lm(pair):
+    """`bench spec --pair qwen-coder --temperature`: the same machinery at T > 0 and top-p,
+    each run seeded alike; acceptance for both engines, no identity claim."""
+    from agent.bench.pair import bench_trained
+    from agent.engine.sampling import SamplingParams
+
+    target, draft = pair
+    out = bench_trained(target, draft, 12, [2, 3], log=lambda m: None,
+                        params=SamplingParams(temperature=0.7, top_p=0.95), seed=1)
+    assert out["identical_to_plain"] is None and out["mlx_lm_identical"] is None
+    assert 0 <= out["acceptance_rate"] <= 1 and 0 <= out["mlx_lm_acceptance_best_k"] <= 1
+    for w in out["workloads"]:
+        assert w["tokens"] == 12 and w["plain_tps"] > 0 and w["spec_tps"] > 0
+        assert all(0 <= a <= 1 for a in w["mlx_lm_acceptance"].values())
+    assert out["min_speedup_vs_plain"] > 0
