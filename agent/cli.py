@@ -185,8 +185,8 @@ def _bench_parser(sub) -> None:
                        help="agentic: run the eval tasks with the agent and record their "
                        "sessions anew (into the replay file) instead of replaying them")
     bench.add_argument("--sessions", default="",
-                       help="agentic: comma-separated task names to replay or record "
-                       "(default: all recorded / all tasks)")
+                       help="agentic: comma-separated task names (or an edit format: whole, "
+                       "tool) to replay, or task names to record (default: all)")
     _engine_flags(bench)
 
 

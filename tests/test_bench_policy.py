@@ -121,3 +121,19 @@ def test_a_pinned_k_is_judged_at_that_k():
     feed(spec, "draft", [(12, chain(rng, 0.6, 12)) for _ in range(10)], 0.1, step_s=0.03)
     assert spec.k_for("model") == 12
     assert "K=12" in (spec.expected() or (0, ""))[1]
+
+
+def test_a_new_call_re_probes_and_a_paying_re_probe_resets_the_back_off():
+    rng = random.Random(5)
+    spec = Speculator(_StopsItself(), SpecPolicy(mode="auto", backoff_tokens=32))
+    spec.plain_tps.add(1 / 0.1)
+    feed(spec, "draft", [(12, chain(rng, 0.1, 12)) for _ in range(6)], 0.1, step_s=0.02)
+    reason = spec._expected_off()
+    assert reason
+    list(spec._switch_off(reason))
+    list(spec._switch_off(reason))  # lost twice: the back-off has doubled twice
+    assert not spec.enabled and spec.backoff == 128
+    spec._reprobe()  # what a new call (or the end of a back-off) does
+    assert spec.enabled and spec.plain_left == 0 and spec.fits["model"].rounds == 0
+    feed(spec, "draft", [(4, 4)] * 6, 0.1, step_s=0.02)
+    assert spec._expected_off() is None and spec.backoff == 32

@@ -244,12 +244,13 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
 
     model_name, sessions = load(path)
     if names:
-        unknown = [n for n in names if n not in {s.task for s in sessions}]
+        unknown = [n for n in names if n not in {s.task for s in sessions}
+                   | {s.edit_format for s in sessions}]
         if unknown:
             raise ValueError(f"no recorded session for: {', '.join(unknown)}")
     cap = tokens or (48 if quick else 256)
     if quick:
-        names = names or [s.task for s in sessions if len(s.turns) > 1][:2] or [sessions[0].task]
+        names = names or [s.task for s in sessions if len(s.turns) > 1][:1] or [sessions[0].task]
     if target is None:
         target = models.load(cfg.model or model_name, device="cpu")
         draft = models.load(cfg.draft_model, device="cpu") if cfg.draft_model else None
@@ -258,7 +259,8 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
     pstore = PrefixStore(None, memory_mb=4096, disk_mb=0)
     modes = _modes(target, draft, pstore, cfg)
     eos = set(target.eos_ids)
-    chosen_n = sum(1 for s in sessions if not names or s.task in names)
+    picked = lambda s: not names or s.task in names or s.edit_format in names  # noqa: E731
+    chosen_n = sum(1 for s in sessions if picked(s))
     log(f"{chosen_n} recorded sessions of {model_name}, replayed with "
         f"{target.name}{' + draft ' + draft.name if draft else ''}; up to {cap} tokens per "
         f"turn; modes {', '.join(m.name for m in modes)}; BLAS: {loaded_blas()}")
@@ -266,8 +268,7 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
     earlier: list[tuple[str, list[int]]] = []  # (task, recorded reply) of the sessions before
     turn_no = 0
     for s in sessions:
-        chosen = not names or s.task in names
-        if not chosen:
+        if not picked(s):
             earlier += [(s.task, t.reply) for t in s.turns]
             continue
         index = SuffixIndex(target.name)

@@ -229,6 +229,7 @@ class Speculator:
         self.call = _CallStats()
         self.off_reason = ""  # why auto switched drafting off, while it is off
         self.fits: dict[str, _RoundFit] = {}  # drafter kind ("model", "lookup") -> recent rounds
+        self.reprobing = False  # drafting came back on and has not yet been judged
         self._seen = (0, 0, 0.0, {})  # the call's drafted, accepted, draft_s, by_source before a round
 
     # ---- Session hooks ------------------------------------------------------------------
@@ -346,7 +347,12 @@ class Speculator:
         if sum(f.rounds for f in self.fits.values()) < self.policy.decide_after:
             return None
         got = self.expected()
-        if got is None or got[0] >= self.policy.min_speedup:
+        if got is None:
+            return None
+        if got[0] >= self.policy.min_speedup:
+            if self.reprobing:  # a re-probe that pays: the next loss backs off briefly again
+                self.reprobing = False
+                self.backoff = self.policy.backoff_tokens
             return None
         return f"expected speedup {got[0]:.2f}x < {self.policy.min_speedup:g} ({got[1]})"
 
@@ -373,6 +379,10 @@ class Speculator:
         self.call = _CallStats()
         self._seen = (0, 0, 0.0, {})
         cancel = cancel or CancelToken()
+        if self.policy.mode == "auto" and not self.enabled:
+            # A new call is new text (a tool result, another file): re-probe now rather than
+            # decode it plain for what is left of the last call's back-off.
+            self._reprobe()
         # auto: a few plain tokens first when plain speed is unmeasured, so the first rounds
         # can be judged as soon as they are measured (plain tokens are never lost)
         self.probe_plain = (self.policy.plain_probe if self.policy.mode == "auto"
@@ -441,13 +451,20 @@ class Speculator:
         elif made:
             self.plain_left -= made
             if self.plain_left <= 0:
-                self.enabled = True
-                self.off_reason = ""
-                self.rounds_since_check = 0
-                for fit in self.fits.values():  # fresh rounds decide (the text may have changed)
-                    fit.forget()
+                self._reprobe()
                 yield SpeculationChanged(True, self.k_for("model"), "re-probing")
         return pending
+
+    def _reprobe(self) -> None:
+        """Drafting on again after a back-off; fresh rounds decide (the text may have
+        changed), the old ones still set the first K."""
+        self.enabled = True
+        self.off_reason = ""
+        self.plain_left = 0
+        self.rounds_since_check = 0
+        self.reprobing = True
+        for fit in self.fits.values():
+            fit.forget()
 
     def _miss_runs_plain(self, params: SamplingParams, constraint: TokenConstraint | None) -> bool:
         """After a miss, decode plain tokens until a draft appears? For lookup only (a
