@@ -12,7 +12,8 @@ Greedy by default, where every run must equal plain token for token. With `--tem
 (and `--top-p`) every run samples at those settings, each from the same seed (`mx.random.seed`
 before it), mlx-lm through its own sampler (`make_sampler`): the texts differ run to run, so
 tok/s and acceptance are reported, not identity. mlx-lm's acceptance is derived from what it
-yields: draft tokens kept / (K x rounds), a round being each token of the target's own.
+yields: draft tokens kept / (K x rounds), a round being each token of the target's own (or
+as many as K-sized rounds the kept drafts need, where `max_tokens` cut the last one short).
 """
 
 from __future__ import annotations
@@ -120,8 +121,9 @@ def _mlx_lm(target: LoadedModel, draft: LoadedModel, pstore: PrefixStore, prompt
 
 def _mlx_acceptance(run: Run, kept: int, k: int) -> float:
     """Draft tokens mlx-lm kept over those it drafted: each round yields its kept drafts and
-    one token of the target's, so rounds = yielded - kept (the last may be cut short)."""
-    rounds = len(run.tokens) - kept
+    one token of the target's, so rounds = yielded - kept, except that `max_tokens` can cut
+    the last round before its target token (a round keeps at most K drafts)."""
+    rounds = max(len(run.tokens) - kept, -(-kept // k))
     return kept / (k * rounds) if rounds > 0 else 0.0
 
 
