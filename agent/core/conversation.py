@@ -38,7 +38,7 @@ from .callformat import ParsedCall, format_result, parse_calls, strip_calls
 from .preview import approval_request, scope_keys
 from .attach import ATTACHED, attach_mentions
 from .prompt import system_prompt
-from .wholefile import judge, parse_blocks
+from .wholefile import judge, parse_blocks, quotes
 
 
 Model = Backend  # what the conversation talks to: any agent.core.backend.Backend
@@ -84,6 +84,9 @@ ERROR_STOPS = ("error", "approval_required", "cancelled", "repetition", "max_tur
 MAX_STOP_HOOK_TURNS = 3  # a Stop hook may send the model back at most this often per message
 CUT_SHORT = ("cancelled", "repetition")  # turns stopped mid-way: a half-written call is dropped
 NOT_RUN = "not run: the user cancelled before this call"
+REFUSED = ("Your code block was not saved:\n{why}\n\nTo change a file, reply with its path on one "
+           "line and then the complete new file in one code block: every line of it, the "
+           "unchanged ones too.")
 REPEATED = ("Your reply is word for word the same as your earlier one, so it changes nothing. "
             "Read the message before it again and write a different reply.")
 
@@ -101,6 +104,7 @@ class _Run:
     stop_hook_turns: int = 0  # times a Stop hook kept the model going
     edited: list[str] = field(default_factory=list)  # files changed since the last check
     fix_rounds: int = 0  # failed checks fed back to the model
+    refused: list[str] = field(default_factory=list)  # why code blocks of the last reply were not applied
     repeated: bool = False  # the last reply still repeats an earlier one (core/resample.py)
     nudged: bool = False  # ... and the model was told so
 
@@ -229,6 +233,10 @@ class Conversation:
             run.nudged = True  # once per message: say so, and let it try again
             yield Warning("the reply repeats an earlier one word for word; asking for another")
             return REPEATED
+        refused, run.refused = run.refused, []
+        if refused and run.fix_rounds < self.cfg.max_fix_rounds:
+            run.fix_rounds += 1  # a refused block counts as a failed check of the reply
+            return REFUSED.format(why="\n".join(refused))
         if run.edited:
             note = yield from self._checks(run)
             if note:
@@ -316,6 +324,8 @@ class Conversation:
                 continue
             if verdict:
                 yield Warning(verdict)
+                if not quotes(block, self.root):
+                    run.refused.append(verdict)
                 continue
             calls.append(ParsedCall("write_file", {"path": block.path, "content": block.content}))
         if not calls:
@@ -426,7 +436,7 @@ class Conversation:
             yield CheckRun(out.kind, out.command, out.ok, out.output, run.fix_rounds + 1, back)
             if not out.ok:
                 run.fix_rounds += back
-                return feedback(out) if back else ""
+                return feedback(out, self.root, self.cfg.edit_format == "whole") if back else ""
         return ""
 
     def _snapshot(self, call: ParsedCall) -> str:

@@ -17,7 +17,8 @@ prompt lookup drafts the unchanged lines from the attached copy, so they cost li
 A block is applied as a write_file call (same approvals, snapshot, confinement and commit),
 except: a block identical to the file (a quote, not a change) and, for an existing file of at
 least `MIN_LINES` lines, a block with under half its lines (a snippet, not the whole file)
-are not applied; the latter is reported.
+are not applied; the latter is reported (and, unless the block only quotes the file's own
+lines, the model is told, see `quotes`).
 """
 
 from __future__ import annotations
@@ -135,3 +136,16 @@ def judge(block: FileBlock, root: Path) -> str:
         return (f"the code block for {block.path} has {new_lines} of the file's {old_lines} "
                 "lines: not applied (write the whole file to change it)")
     return ""
+
+
+def quotes(block: FileBlock, root: Path) -> bool:
+    """Is every non-blank line of the block a line of the file as it is (a quote, e.g. in an
+    answer about the code, rather than a change written as a snippet)?"""
+    from tools._paths import PathError, confine
+
+    try:
+        old = confine(root, block.path).read_text(encoding="utf-8")
+    except (PathError, OSError, UnicodeDecodeError, ValueError):
+        return False
+    have = {line.strip() for line in old.split("\n")}
+    return all(line.strip() in have for line in block.content.split("\n"))
