@@ -45,6 +45,7 @@ def test_fix_rounds_are_bounded(git_repo):
 def test_the_loop_can_be_off(git_repo):
     for cfg in (full_auto(edit_format="whole", max_fix_rounds=0),
                 full_auto(edit_format="whole", auto_lint=False)):
+        (git_repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
         model = ScriptedModel([BROKEN])
         checks, _ = _run(conversation(git_repo, model, cfg))
         assert checks == [] and len(model.seen) == 1
@@ -174,3 +175,22 @@ def test_feedback_names_the_lines_and_is_not_fenced(tmp_path):
     assert "a.py:2:     return n" in text and "```" not in text
     assert text.endswith("whole corrected file in one code block.")
     assert feedback(out, tmp_path).endswith("Fix the code.")
+
+
+def test_a_file_written_out_again_unchanged_is_pointed_out_once(git_repo):
+    """A model told its code fails that writes the same file out again changed nothing; a
+    first quote of a file (an answer about it) is not pointed out."""
+    same = "calc.py\n```python\n" + (git_repo / "calc.py").read_text() + "```\n"
+    changed = same.replace("a - b", "b - a")
+    model = ScriptedModel([same, same, changed])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    assert list(conv.send("show calc.py"))[-1].stop_reason == "answered" and len(model.seen) == 1
+    events = list(conv.send("sub is wrong: fix it"))
+    assert "nothing changed" in model.seen[2][-1]["content"]
+    assert events[-1].stop_reason == "answered" and "b - a" in (git_repo / "calc.py").read_text()
+    same = changed
+    model = ScriptedModel([same, same, same, "It needs no change."])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    list(conv.send("show calc.py"))
+    events = list(conv.send("is sub right?"))
+    assert len(model.seen) == 3 and events[-1].stop_reason == "answered"  # once a message

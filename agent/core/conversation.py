@@ -87,6 +87,9 @@ NOT_RUN = "not run: the user cancelled before this call"
 REFUSED = ("Your code block was not saved:\n{why}\n\nTo change a file, reply with its path on one "
            "line and then the complete new file in one code block: every line of it, the "
            "unchanged ones too.")
+UNCHANGED = ("The code you wrote for {files} is the file exactly as it already is, so nothing "
+             "changed. If the task needs a change, write the whole file again with the change "
+             "made; if it needs none, say so in one line, without a code block.")
 REPEATED = ("Your reply is word for word the same as your earlier one, so it changes nothing. "
             "Read the message before it again and write a different reply.")
 
@@ -105,8 +108,10 @@ class _Run:
     edited: list[str] = field(default_factory=list)  # files changed since the last check
     fix_rounds: int = 0  # failed checks fed back to the model
     refused: list[str] = field(default_factory=list)  # why code blocks of the last reply were not applied
+    unchanged: list[str] = field(default_factory=list)  # files the last reply wrote out again, unchanged
+    changed_any: bool = False  # an edit of this message applied
     repeated: bool = False  # the last reply still repeats an earlier one (core/resample.py)
-    nudged: bool = False  # ... and the model was told so
+    nudged: bool = False  # ... and the model was told so (or that its file changed nothing)
 
 
 class Conversation:
@@ -237,6 +242,11 @@ class Conversation:
         if refused and run.fix_rounds < self.cfg.max_fix_rounds:
             run.fix_rounds += 1  # a refused block counts as a failed check of the reply
             return REFUSED.format(why="\n".join(refused))
+        unchanged, run.unchanged = run.unchanged, []
+        if unchanged and not run.changed_any and not run.nudged and self.cfg.max_fix_rounds > 0:
+            run.nudged = True  # once per message (as the repeat above)
+            yield Warning(f"the reply wrote {', '.join(unchanged)} out unchanged; asking once more")
+            return UNCHANGED.format(files=", ".join(unchanged))
         if run.edited:
             note = yield from self._checks(run)
             if note:
@@ -321,6 +331,8 @@ class Conversation:
         for block in parse_blocks(strip_calls(reply), default):
             verdict = judge(block, self.root)
             if verdict == "same":
+                if self._wrote_before(block.content):
+                    run.unchanged.append(block.path)
                 continue
             if verdict:
                 yield Warning(verdict)
@@ -331,6 +343,14 @@ class Conversation:
         if not calls:
             return ""
         return (yield from self._run_calls(run, calls, record=False))
+
+    def _wrote_before(self, content: str) -> bool:
+        """Did an assistant message before the last one already write out `content`? (A
+        model that writes out a file it wrote before, after being told it fails, is stuck;
+        a first quote of a file is a fair answer.)"""
+        body = content.strip("\n")
+        return bool(body) and any(m["role"] == "assistant" and body in m["content"]
+                                  for m in self.messages[:-1])
 
     def _run_calls(self, run: _Run, calls: list[ParsedCall], record: bool = True) -> Iterator[Event]:
         """Run a turn's calls; returns '' or the approval problem that stops the message.
@@ -352,6 +372,7 @@ class Conversation:
                 results.append(format_result(call.name, result))
                 changed += result.changed
                 run.edited += result.changed
+                run.changed_any = run.changed_any or bool(result.changed)
         finally:
             yield from self._commit(changed, run)
         if not stop and record:
