@@ -19,8 +19,11 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "sandbox": ("auto", "off"),
     "engine": ("local", "openai"),
     "tool_format": ("auto", "native", "text"),
-    "edit_format": ("whole", "tool"),
+    "edit_format": ("whole", "diff", "auto", "tool"),
 }
+
+# Edit formats in which files change through code blocks in the reply, not edit tools.
+BLOCK_EDIT_FORMATS = ("whole", "diff", "auto")
 
 APPROVAL_MODES = CHOICES["approval_mode"]
 

@@ -54,7 +54,9 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    "template / the server's `tools`) or as <tool_call> text (text)")
     g.add_argument("--edit-format", choices=CHOICES["edit_format"],
                    help="whole: the model changes a file by replying with all of it in a code "
-                   "block; tool: through edit_file (search/replace) and write_file calls")
+                   "block; diff: with SEARCH/REPLACE blocks in its reply; auto: whole files "
+                   "under 100 lines, SEARCH/REPLACE blocks for longer ones; tool: through "
+                   "edit_file (search/replace) and write_file calls")
     g.add_argument("--no-attach-mentioned", dest="attach_mentioned", action="store_const",
                    const=False, help="do not attach the files a message names to it")
     g.add_argument("--lint-cmd", metavar="CMD", help="after the agent's edits, run CMD on the "

@@ -71,7 +71,9 @@ class Config:
     read_timeout_s: float = 300.0  # engine openai: longest wait for the next bytes (first byte too)
     max_retries: int = 3  # engine openai: retries on connection errors and HTTP 429/503
     tool_format: str = "auto"  # auto (the model's own where it has one) | native | text
-    edit_format: str = "whole"  # whole (reply with the whole new file) | tool (edit_file/write_file)
+    # whole (reply with the whole new file) | diff (SEARCH/REPLACE blocks in the reply) |
+    # auto (whole under 100 lines, else diff; core/searchreplace.py) | tool (edit_file/write_file)
+    edit_format: str = "whole"
     attach_mentioned: bool = True  # files a message names are attached to it
     suffix_index: bool = True  # lookup also drafts from this repository's earlier replies
     # environment variables shell commands get beyond the allowlist (tools/environ.py), e.g.

@@ -21,6 +21,7 @@ from tools.environ import parse_passthrough
 from tools.sandbox import resolve as resolve_sandbox
 
 from . import store
+from .choices import BLOCK_EDIT_FORMATS
 from .config import Config, ConfigError, check_value
 from .core.git import GitGuard
 from .core.snapshots import UNTRACKED_FILE_MAX
@@ -93,10 +94,11 @@ def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None]
 
 def tool_format(cfg: Config) -> str:
     """The tool format in effect: "auto" means the model's own format, except for the local
-    engine with whole-file edits, where it means text (measured with Qwen2.5-Coder-0.5B on the
-    eval's tune tasks: its template's JSON schemas led it to answer with schema-like JSON
-    instead of code). Servers keep their native `tools` parameter."""
-    if cfg.tool_format == "auto" and cfg.edit_format == "whole" and cfg.engine == "local":
+    engine with code-block edits ("whole", "diff", "auto"), where it means text (measured with
+    Qwen2.5-Coder-0.5B and "whole" on the eval's tune tasks: its template's JSON schemas led it
+    to answer with schema-like JSON instead of code). Servers keep their native `tools`
+    parameter."""
+    if cfg.tool_format == "auto" and cfg.edit_format in BLOCK_EDIT_FORMATS and cfg.engine == "local":
         return "text"
     return cfg.tool_format
 

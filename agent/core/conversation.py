@@ -38,7 +38,9 @@ from .callformat import ParsedCall, format_result, parse_calls, strip_calls
 from .preview import approval_request, scope_keys
 from .attach import ATTACHED, attach_mentions
 from .prompt import system_prompt
+from .searchreplace import FIX_HOW, apply_edits, is_edit_fence, parse_edits, whole_fixes, whole_verdict
 from .wholefile import judge, parse_blocks, quotes
+from ..choices import BLOCK_EDIT_FORMATS
 
 
 Model = Backend  # what the conversation talks to: any agent.core.backend.Backend
@@ -87,6 +89,7 @@ NOT_RUN = "not run: the user cancelled before this call"
 REFUSED = ("Your code block was not saved:\n{why}\n\nTo change a file, reply with its path on one "
            "line and then the complete new file in one code block: every line of it, the "
            "unchanged ones too.")
+REFUSED_EDIT = "Your code was not applied:\n{why}\n\n{how}"  # the "diff" and "auto" formats
 UNCHANGED = ("The code you wrote for {files} is the file exactly as it already is, so nothing "
              "changed. If the task needs a change, write the whole file again with the change "
              "made; if it needs none, say so in one line, without a code block.")
@@ -210,7 +213,7 @@ class Conversation:
                 yield from self._finish(run, "repetition", "the model kept repeating itself; "
                                         "the turn was stopped")
                 return
-            if not calls and not cut and self.cfg.edit_format == "whole":
+            if not calls and not cut and self.cfg.edit_format in BLOCK_EDIT_FORMATS:
                 stop = yield from self._apply_blocks(run, reply, text)
                 if stop:
                     yield from self._finish(run, "approval_required", stop)
@@ -241,6 +244,8 @@ class Conversation:
         refused, run.refused = run.refused, []
         if refused and run.fix_rounds < self.cfg.max_fix_rounds:
             run.fix_rounds += 1  # a refused block counts as a failed check of the reply
+            if self.cfg.edit_format in FIX_HOW:
+                return REFUSED_EDIT.format(why="\n".join(refused), how=FIX_HOW[self.cfg.edit_format])
             return REFUSED.format(why="\n".join(refused))
         unchanged, run.unchanged = run.unchanged, []
         if unchanged and not run.changed_any and not run.nudged and self.cfg.max_fix_rounds > 0:
@@ -321,15 +326,33 @@ class Conversation:
         return view
 
     def _apply_blocks(self, run: _Run, reply: str, message: str) -> Iterator[Event]:
-        """The "whole" edit format: write the files the reply gives in full (as write_file
-        calls, so approvals, snapshots and commits apply); returns '' or an approval stop.
-        Their results are shown, not added to the history: the reply itself records the
-        change, and the next message starts from the files as they now are."""
+        """The code-block edit formats: write the files the reply gives in full and, in
+        "diff" and "auto", apply its search/replace blocks (core/searchreplace.py), as
+        write_file calls, so approvals, snapshots and commits apply; returns '' or an
+        approval stop. Their results are shown, not added to the history: the reply itself
+        records the change, and the next message starts from the files as they now are. Why
+        a block was not applied goes back to the model (`run.refused`)."""
         calls = []
         attached = list(dict.fromkeys(ATTACHED.findall(message)))
         default = attached[0] if len(attached) == 1 else ""
-        for block in parse_blocks(strip_calls(reply), default):
-            verdict = judge(block, self.root)
+        text, fmt = strip_calls(reply), self.cfg.edit_format
+        edited: set[str] = set()
+        if fmt != "whole":
+            edits, malformed = parse_edits(text, default)
+            problems = list(malformed)
+            for fe in apply_edits(edits, self.root):
+                problems += fe.problems
+                if fe.content is not None:
+                    edited.add(fe.path)
+                    calls.append(ParsedCall("write_file", {"path": fe.path, "content": fe.content}))
+            for why in problems:
+                yield Warning(why)
+            run.refused += problems
+        skip = is_edit_fence if fmt != "whole" else None
+        for block in parse_blocks(text, default, skip):
+            if block.path in edited:  # the reply's edit blocks for it win
+                continue
+            verdict = judge(block, self.root) if fmt == "whole" else whole_verdict(block, self.root, fmt)
             if verdict == "same":
                 if self._wrote_before(block.content):
                     run.unchanged.append(block.path)
@@ -457,7 +480,8 @@ class Conversation:
             yield CheckRun(out.kind, out.command, out.ok, out.output, run.fix_rounds + 1, back)
             if not out.ok:
                 run.fix_rounds += back
-                return feedback(out, self.root, self.cfg.edit_format == "whole") if back else ""
+                whole = whole_fixes(self.cfg.edit_format, edited, self.root)
+                return feedback(out, self.root, whole) if back else ""
         return ""
 
     def _snapshot(self, call: ParsedCall) -> str:
