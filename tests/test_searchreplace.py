@@ -60,7 +60,15 @@ def test_an_unclosed_fence_or_pair_is_never_applied():
     assert edits == [] and "not closed" in problems[0]
     no_divider = "calc.py\n```python\n<<<<<<< SEARCH\nx\n>>>>>>> REPLACE\n```\n"
     edits, problems = parse_edits(no_divider)
-    assert edits == [] and "=======" in problems[0]
+    assert edits == [] and "no =======" in problems[0]
+    no_search = "calc.py\n```python\nx\n=======\ny\n>>>>>>> REPLACE\n```\n"
+    edits, problems = parse_edits(no_search)
+    assert edits == [] and "no <<<<<<< SEARCH" in problems[0]
+    # in "auto", such a fence is never taken for the whole file either
+    from agent.core.wholefile import parse_blocks
+    from agent.core.searchreplace import is_edit_fence
+
+    assert parse_blocks(no_search, skip=is_edit_fence) == []
 
 
 # ---- matching ----------------------------------------------------------------------------

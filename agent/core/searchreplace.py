@@ -82,7 +82,9 @@ class FileEdit:
 
 
 def is_edit_fence(fence: Fence) -> bool:
-    return any(SEARCH.match(line.strip()) for line in fence.body.split("\n"))
+    """Is a line of the fence a SEARCH or REPLACE marker (an edit block, never a whole file)?"""
+    return any(SEARCH.match(line.strip()) or REPLACE.match(line.strip())
+               for line in fence.body.split("\n"))
 
 
 def parse_edits(text: str, default: str = "") -> tuple[list[Edit], list[str]]:
@@ -100,14 +102,17 @@ def parse_edits(text: str, default: str = "") -> tuple[list[Edit], list[str]]:
             if state == "out":
                 if SEARCH.match(mark):
                     state, search = "search", []
+                elif REPLACE.match(mark):
+                    problems.append(f"a SEARCH/REPLACE block{_for(path)} is not applied: it has "
+                                    "no <<<<<<< SEARCH line")
                 elif mark and _path_in(mark):
                     path = _path_in(mark)
             elif state == "search":
                 if DIVIDER.match(mark):
                     state, replace = "replace", []
                 elif SEARCH.match(mark) or REPLACE.match(mark):
-                    problems.append(f"a SEARCH/REPLACE block{_for(path)} has no ======= line; "
-                                    "not applied")
+                    problems.append(f"a SEARCH/REPLACE block{_for(path)} is not applied: it has "
+                                    "no ======= line")
                     state = "search" if SEARCH.match(mark) else "out"
                     search = []
                 else:
@@ -120,14 +125,14 @@ def parse_edits(text: str, default: str = "") -> tuple[list[Edit], list[str]]:
                                     "put the file's path on the line before the code block")
                 state = "out"
             elif SEARCH.match(mark) or DIVIDER.match(mark):
-                problems.append(f"a SEARCH/REPLACE block{_for(path)} has no >>>>>>> REPLACE line; "
-                                "not applied")
+                problems.append(f"a SEARCH/REPLACE block{_for(path)} is not applied: it has "
+                                "no >>>>>>> REPLACE line")
                 state, search = ("search", []) if SEARCH.match(mark) else ("out", [])
             else:
                 replace.append(line)
         if state != "out":
-            problems.append(f"a SEARCH/REPLACE block{_for(path)} is not closed by a "
-                            ">>>>>>> REPLACE line; not applied")
+            problems.append(f"a SEARCH/REPLACE block{_for(path)} is not applied: it is not "
+                            "closed by a >>>>>>> REPLACE line")
     return edits, problems
 
 
