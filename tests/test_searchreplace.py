@@ -271,3 +271,13 @@ def test_whole_and_tool_formats_do_not_apply_search_replace_blocks(git_repo):
         assert not any(isinstance(e, ToolCallFinished) for e in events), fmt
         # "whole" judges the fence as a whole file, as before: a snippet of big.py
         assert any(isinstance(e, Warning) and "not applied" in e.message for e in events) == (fmt == "whole")
+
+
+def test_auto_asks_for_search_replace_fixes_in_a_long_file(git_repo):
+    big = "def f():\n    return 0\n" + "".join(f"v{i} = {i}\n" for i in range(AUTO_LINES))
+    commit(git_repo, "big.py", big)
+    broken = fenced("big.py", sr("    return 0\n", "    return 0 +\n"))
+    model = ScriptedModel([broken, "ok"])
+    list(conversation(git_repo, model, full_auto(edit_format="auto", sandbox="off")).send("edit big.py"))
+    fed = model.seen[1][-1]["content"]
+    assert "does not compile" in fed and "whole corrected file" not in fed
