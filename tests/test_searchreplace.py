@@ -117,7 +117,7 @@ def test_a_non_unique_match_is_refused():
 
 
 def test_matching_is_by_whole_lines():
-    new, _, why = apply("return a\n", "return b\n")  # a part of "    return a + b"
+    new, _, _ = apply("return a\n", "return b\n")  # a part of "    return a + b"
     assert new is None
 
 

@@ -354,7 +354,8 @@ class Conversation:
                 continue
             verdict = judge(block, self.root) if fmt == "whole" else whole_verdict(block, self.root, fmt)
             if verdict == "same":
-                if self._wrote_before(block.content):
+                # (UNCHANGED asks for the whole file again, which "diff" does not take)
+                if fmt != "diff" and self._wrote_before(block.content):
                     run.unchanged.append(block.path)
                 continue
             if verdict:
