@@ -124,6 +124,10 @@ def test_matching_is_by_whole_lines():
 def test_a_miss_names_the_closest_lines():
     new, _, why = apply("def sub(a, b):\n    return a - c\n", "x\n")
     assert new is None and "closest text is at lines 5-6" in why and "    return a - b" in why
+    assert "already in the file" not in why
+    # a pair sent again after it was applied
+    new, _, why = apply("    return a - c\n", "    return a - b\n")
+    assert new is None and "Its REPLACE lines are already in the file" in why
 
 
 # ---- in a conversation ---------------------------------------------------------------------

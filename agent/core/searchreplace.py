@@ -297,7 +297,7 @@ def apply_one(text: str, edit: Edit) -> tuple[str | None, str, str]:
     name, found = locate(body, edit.search)
     if not found:
         near = closest_lines(body, edit.search)
-        done = edit.replace.strip() and locate(body, edit.replace)[1]
+        done = edit.replace.strip() and locate(body, edit.replace)[0] not in ("", "fuzzy")
         also = "\nIts REPLACE lines are already in the file." if done else ""
         return None, "", f"its SEARCH lines are not in {edit.path}; {near}{also}"
     if len(found) > 1:
