@@ -234,18 +234,24 @@ def test_auto_accepts_both_kinds_and_states_the_size_rule(git_repo):
     assert "edit_file" not in tools_for("auto") and "edit_file" not in tools_for("diff")
 
 
-def test_auto_tells_a_snippet_of_a_long_file_to_use_search_replace(git_repo):
+def test_auto_refuses_whole_blocks_for_a_long_file(git_repo):
     big = "".join(f"v{i} = {i}\n" for i in range(AUTO_LINES + 20))
     commit(git_repo, "big.py", big)
     commit(git_repo, "small.py", "".join(f"s{i} = {i}\n" for i in range(20)))
+    lines = big.replace("v1 = 1\n", "v1 = 10\n").splitlines(keepends=True)
+    cut = "".join(lines[: AUTO_LINES])  # most of the file, cut short: not a snippet to judge()
     model = ScriptedModel(["big.py\n```python\nv1 = 10\n```\n", "ok",
+                           "big.py\n```python\n" + cut + "```\n", "ok",
                            "small.py\n```python\ns1 = 10\n```\n", "ok"])
     conv = conversation(git_repo, model, full_auto(edit_format="auto"))
     list(conv.send("set v1 in big.py"))
-    assert "change a file this long with SEARCH/REPLACE blocks" in model.seen[1][-1]["content"]
-    list(conv.send("set s1 in small.py"))
-    assert "write the whole file to change it" in model.seen[3][-1]["content"]
+    rule = f"change a file of {AUTO_LINES} lines or more with SEARCH/REPLACE"
+    assert rule in model.seen[1][-1]["content"]
+    list(conv.send("set v1 in big.py"))
+    assert rule in model.seen[3][-1]["content"]
     assert (git_repo / "big.py").read_text() == big
+    list(conv.send("set s1 in small.py"))
+    assert "write the whole file to change it" in model.seen[5][-1]["content"]
 
 
 def test_a_failed_check_asks_for_the_whole_file_only_where_the_format_does(git_repo):

@@ -30,8 +30,11 @@ whole format's), the others are reported with the file's closest lines, for the 
 "auto" asks for whole files below `AUTO_LINES` lines and search/replace blocks from there on
 (a whole 100-line Python file is 700-1100 tokens with Qwen2.5's tokenizer: the exercism
 reference solutions average 7.3 tokens a line, this project's code 11.2, against the default
-`max_tokens` of 1024) and accepts both kinds of block for any file. "diff" takes whole-file
-blocks only for files that do not exist yet.
+`max_tokens` of 1024). It applies search/replace blocks to any file and whole-file blocks to
+new files and files under `AUTO_LINES` lines; a whole-file block for a longer file is refused
+and goes back to the model (Qwen2.5-Coder-0.5B, given a 137-line file, echoed it cut short
+with a line changed: written, it lost the function the task was about). "diff" takes
+whole-file blocks only for files that do not exist yet.
 """
 
 from __future__ import annotations
@@ -368,16 +371,18 @@ def apply_edits(edits: list[Edit], root: Path) -> list[FileEdit]:
 
 def whole_verdict(block: FileBlock, root: Path, edit_format: str) -> str:
     """judge()'s verdict on a whole-file block (core/wholefile.py) in the "diff" and "auto"
-    formats: "diff" takes whole files only for new files; "auto" says how to change a file
-    of AUTO_LINES lines or more when a block is a snippet of it."""
+    formats, which take whole files only for new files and ("auto") for files under
+    AUTO_LINES lines: a whole block for a longer one is refused, with how to change it."""
     verdict = judge(block, root)
-    if verdict == "" and edit_format == "diff" and _exists(block, root):
+    if verdict == "same" or not _exists(block, root):
+        return verdict
+    if edit_format == "diff" and verdict == "":
         return (f"the code block for {block.path} is not applied: change an existing file "
                 "with SEARCH/REPLACE blocks")
-    if verdict.endswith("(write the whole file to change it)") and edit_format == "auto" \
-            and lines_of(block.path, root) >= AUTO_LINES:
-        return verdict.replace("write the whole file to change it",
-                               "change a file this long with SEARCH/REPLACE blocks")
+    n = lines_of(block.path, root)
+    if edit_format == "auto" and n >= AUTO_LINES and (verdict == "" or "not applied" in verdict):
+        return (f"the code block for {block.path} is not applied: the file has {n} lines; "
+                f"change a file of {AUTO_LINES} lines or more with SEARCH/REPLACE blocks")
     return verdict
 
 
