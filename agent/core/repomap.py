@@ -99,7 +99,7 @@ def repo_map(root: Path, files: list[str], message: str, budget: int, *, names: 
     count = count or approx_tokens
     words = _keys(message)
     outlines = _outlines(root, _candidates(files, words, named), time.monotonic() + MAX_SECONDS)
-    ranked = rank(outlines, words, set(names), set(named))
+    ranked = rank(outlines, words, set(names), set(named), set(IDENT.findall(message)))
     blocks, used = [], count(HEADER)
     for o in ranked:
         if o.path in exclude or not o.entries:
@@ -112,8 +112,11 @@ def repo_map(root: Path, files: list[str], message: str, budget: int, *, names: 
     return "\n".join([HEADER, *blocks]) if blocks else ""
 
 
-def rank(outlines: list[Outline], words: set[str], names: set[str], named: set[str]) -> list[Outline]:
-    """`outlines` most relevant first (see the module docstring)."""
+def rank(outlines: list[Outline], words: set[str], names: set[str], named: set[str],
+         plain: set[str] = frozenset()) -> list[Outline]:
+    """`outlines` most relevant first (see the module docstring): `words` are the message's
+    word keys (`_keys`), `names` the code names it mentions, `named` the files it names,
+    `plain` every identifier-like word in it."""
     defined: dict[str, list[Outline]] = {}
     for o in outlines:
         for name in o.names:
@@ -121,6 +124,9 @@ def rank(outlines: list[Outline], words: set[str], names: set[str], named: set[s
     # A name defined in many files (`run`, `__init__`) links nothing.
     telling = {n for n, where in defined.items() if len(where) <= 3 and len(n) >= 4
                and not n.startswith("__")}
+    # A plain word of the message that names a definition (found in at most 3 files) is a
+    # mention of it too.
+    names = names | {w for w in plain if len(w) >= 3 and 0 < len(defined.get(w, ())) <= 3}
     top = [o for o in outlines if o.path in named or o.names & names]
     top_defs = set().union(*(o.names & telling for o in top)) if top else set()
     top_uses = set().union(*(o.idents for o in top)) if top else set()
@@ -356,7 +362,12 @@ def _go_specs(node: Any, src: bytes, depth: int, out: list) -> None:
         name = _text(src, name_node) if name_node is not None else ""
         if keyword == "const" and not name[:1].isupper():
             continue
-        out.append((depth, f"{keyword} {_first_line(src, spec)}", name))
+        kind = spec.child_by_field_name("type")
+        if kind is not None and kind.type in ("struct_type", "interface_type"):  # not its fields
+            head = src[spec.start_byte:kind.start_byte].decode("utf-8", "replace")
+            out.append((depth, _clean(f"type {head}{kind.type.split('_')[0]}"), name))
+        else:
+            out.append((depth, f"{keyword} {_first_line(src, spec)}", name))
 
 
 TABLES: dict[str, dict[str, Any]] = {
