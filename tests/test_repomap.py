@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
+from scripted import ScriptedModel, conversation, full_auto, make_repo
 
 from agent.core import repomap
 from agent.core.attach import MAX_LISTED, attach_mentions, typed_text
-from scripted import ScriptedModel, conversation, full_auto, make_repo
 from tools._base import ToolContext
 
 PY = '''"""A module."""
@@ -131,9 +130,12 @@ def test_python_outline_without_the_library_is_the_same(monkeypatch):
     assert repomap.outline("m.ts", TS.encode()) is None  # other languages: not outlined
 
 
+def sigs(path: str, src: str) -> list[tuple[int, str]]:
+    return [(d, s) for d, s, _ in repomap.outline(path, src.encode())]
+
+
 @needs_library
 def test_typescript_go_and_rust_outlines():
-    sigs = lambda path, src: [(d, s) for d, s, _ in repomap.outline(path, src.encode())]  # noqa: E731
     assert sigs("a.ts", TS) == [
         (0, "interface Shape"), (1, "area(): number"), (0, "type Id = string | number"),
         (0, "abstract class Base<T> implements Shape"),

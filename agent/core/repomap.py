@@ -39,9 +39,10 @@ import os
 import re
 import time
 import tokenize
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 HEADER = "Repository map (definitions per file, most relevant first):"
 MAX_FILES = 400  # files parsed
@@ -56,10 +57,7 @@ LANGUAGES = {".py": "python", ".pyi": "python", ".js": "javascript", ".jsx": "ja
              ".cts": "typescript", ".tsx": "tsx", ".go": "go", ".rs": "rust", ".java": "java"}
 
 # Message words that say nothing about where code is.
-STOP = frozenset("""a an and are as at be but by can could do does for from has have how i if in
-into is it its me my no not of on or our please should so that the their then there these
-this those to use was we what when where which who why will with would you your file files
-code function functions method methods class classes repository repo project""".split())
+STOP = frozenset(["a", "an", "and", "are", "as", "at", "be", "but", "by", "can", "could", "do", "does", "for", "from", "has", "have", "how", "i", "if", "in", "into", "is", "it", "its", "me", "my", "no", "not", "of", "on", "or", "our", "please", "should", "so", "that", "the", "their", "then", "there", "these", "this", "those", "to", "use", "was", "we", "what", "when", "where", "which", "who", "why", "will", "with", "would", "you", "your", "file", "files", "code", "function", "functions", "method", "methods", "class", "classes", "repository", "repo", "project"])
 
 IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 CONSTANT = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -219,7 +217,7 @@ def _outlines(root: Path, paths: list[str], deadline: float) -> list[Outline]:
         read += len(data)
         try:
             entries = outline(path, data)
-        except Exception:  # a grammar or parser failure on one file skips that file
+        except Exception:  # noqa: BLE001 - a parser failure on one file skips that file
             entries = None
         if entries is not None:
             text = data.decode("utf-8", "replace")
@@ -343,6 +341,8 @@ def _js_declaration(node: Any, src: bytes, depth: int, out: list) -> None:
             continue
         name_node, value = d.child_by_field_name("name"), d.child_by_field_name("value")
         name = _text(src, name_node) if name_node is not None else ""
+        if name.startswith("_") and not name.startswith("__"):
+            continue
         if value is not None and value.type in ("arrow_function", "function_expression", "function",
                                                 "generator_function", "class"):
             body = value.child_by_field_name("body")
@@ -423,7 +423,10 @@ def _signature(node: Any, src: bytes, lang: str) -> str:
     if lang == "python":
         colons = [c.start_byte for c in node.children if c.type == ":" and c.start_byte < end]
         end = colons[-1] if colons else end
-    return _clean(src[node.start_byte:end].decode("utf-8", "replace"))
+    text = src[node.start_byte:end].decode("utf-8", "replace")
+    if lang == "java":  # annotations (`@Override`) say little and cost tokens
+        text = re.sub(r"^\s*(@[\w.]+(\([^()]*\))?\s*)+", "", text)
+    return _clean(text)
 
 
 def _text(src: bytes, node: Any) -> str:
