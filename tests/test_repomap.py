@@ -187,6 +187,7 @@ def test_ranking_puts_the_file_defining_a_mentioned_name_first(tmp_path):
     assert order[:3] == ["pkg/store.py", "a_top.py", "pkg/m0.py"]
     # Words of the message meet path and definition names.
     files["pkg/prefix_disk.py"] = "class DiskTier:\n    def write(self, data):\n        pass\n"
+    files["pkg/prefill_cache.py"] = "def fill(cache):\n    pass\n"  # "prefill" is not "prefix"
     root = make_repo(tmp_path / "r2", files)
     out = repomap.repo_map(root, sorted(files), "where is the prefix cache written?", 2000)
     assert out.splitlines()[1] == "pkg/prefix_disk.py:"

@@ -58,8 +58,9 @@ def attach_mentions(text: str, ctx: Any, plain: bool = False,
     """`text` with the contents of every `@path` naming a repository file appended (and, with
     `plain`, of every repository file the text names without `@`, and the lines and files
     where its code names occur); returns (message, attached paths). A file already attached to
-    `text` is not attached again. `listing`: the repository's files are listed between the
-    text and the attachments (a conversation's first message)."""
+    `text` is not attached again. `listing`: the repository's files are listed (and, when
+    `too_big`, mapped: agent/core/repomap.py) between the text and the attachments (a
+    conversation's first message)."""
     files = repo_files(ctx)
     known = set(files)
     explicit = [m.group(1).rstrip(".,;:") for m in MENTION.finditer(text)]
