@@ -48,7 +48,7 @@ HEADER = "Repository map (definitions per file, most relevant first):"
 MAX_FILES = 400  # files parsed
 MAX_FILE_BYTES = 256_000  # a bigger file is not outlined
 MAX_BYTES = 6_000_000  # read in all
-MAX_SECONDS = 3.0  # parsing stops after this long
+MAX_SECONDS = 5.0  # parsing stops after this long
 MAX_SIG_CHARS = 150  # a longer signature line is cut, ending in "..."
 
 # extension -> language
