@@ -292,3 +292,22 @@ def test_repo_map_tokens_is_range_checked():
     with pytest.raises(ConfigError, match="repo_map_tokens"):
         check_value("repo_map_tokens", -1, "test")
 
+
+
+def test_files_parsed_bytes_read_and_time_are_capped(tmp_path, monkeypatch):
+    files = {f"m{i:02d}.py": f"def f{i}():\n    pass\n" for i in range(20)}
+    root = make_repo(tmp_path / "r", files)
+    read = []
+    real = repomap.read_source
+    monkeypatch.setattr(repomap, "read_source", lambda r, p, n: read.append((p, n)) or real(r, p, n))
+    monkeypatch.setattr(repomap, "MAX_FILES", 5)
+    out = repomap.repo_map(root, sorted(files), "x", 1000)
+    assert [p for p, _ in read] == [f"m{i:02d}.py" for i in range(5)] and out.count(".py:") == 5
+    read.clear()
+    monkeypatch.setattr(repomap, "MAX_FILES", 400)
+    monkeypatch.setattr(repomap, "MAX_BYTES", 3 * len(files["m00.py"]))
+    repomap.repo_map(root, sorted(files), "x", 1000)
+    assert len(read) == 3 and read[-1][1] == len(files["m00.py"])  # the last read: what is left
+    read.clear()
+    monkeypatch.setattr(repomap, "MAX_SECONDS", -1.0)
+    assert repomap.repo_map(root, sorted(files), "x", 1000) == "" and read == []
