@@ -75,6 +75,9 @@ class Config:
     # auto (whole under 100 lines, else diff; core/searchreplace.py) | tool (edit_file/write_file)
     edit_format: str = "whole"
     attach_mentioned: bool = True  # files a message names are attached to it
+    # with attach_mentioned, a larger repository's first message carries a map of the files
+    # most relevant to it (their definitions), at most this many tokens; 0 = off
+    repo_map_tokens: int = 1024
     suffix_index: bool = True  # lookup also drafts from this repository's earlier replies
     # environment variables shell commands get beyond the allowlist (tools/environ.py), e.g.
     # "MY_TOOL_TOKEN, NPM_*"; credentials (*_KEY, *_TOKEN, *_SECRET, ...) only when named here

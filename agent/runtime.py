@@ -145,7 +145,8 @@ class Runtime:
         self.ctx = ToolContext(self.root, cfg.shell_timeout_s, in_git=self.git.enabled,
                                sandbox=sandbox, allow_network=cfg.allow_network,
                                env_passthrough=parse_passthrough(cfg.shell_env_passthrough),
-                               keep_unsaved_over=UNTRACKED_FILE_MAX if self.git.enabled else 0)
+                               keep_unsaved_over=UNTRACKED_FILE_MAX if self.git.enabled else 0,
+                               repo_map_tokens=cfg.repo_map_tokens)
         self.history, self.approver = history, approver
         self.session: Session | None = None
         self.model = model
