@@ -291,3 +291,24 @@ def test_auto_asks_for_search_replace_fixes_in_a_long_file(git_repo):
     list(conversation(git_repo, model, full_auto(edit_format="auto", sandbox="off")).send("edit big.py"))
     fed = model.seen[1][-1]["content"]
     assert "does not compile" in fed and "whole corrected file" not in fed
+
+
+def test_a_search_in_another_attached_file_is_named_not_applied(git_repo):
+    commit(git_repo, "test_calc.py", "from calc import sub\n\n\ndef test_sub():\n    assert sub(3, 1) == 2\n")
+    wrong = fenced("test_calc.py", sr("def sub(a, b):\n    return a - b\n", "def sub(a, b):\n    return b - a\n"))
+    model = ScriptedModel([wrong, "ok"])
+    conv = conversation(git_repo, model, full_auto(edit_format="diff", attach_mentioned=True))
+    list(conv.send("fix sub in calc.py; test_calc.py tests it"))
+    back = model.seen[1][-1]["content"]
+    assert "not in test_calc.py but in calc.py: put calc.py on the line before" in back
+    assert (git_repo / "calc.py").read_text() == CALC
+    # without the other file attached, only the miss is reported
+    [fe] = apply_edits([Edit("test_calc.py", "def sub(a, b):\n", "x\n")], git_repo)
+    assert "but in" not in fe.problems[0]
+
+
+def test_a_pair_that_changes_nothing_goes_back(git_repo):
+    same = fenced("calc.py", sr("    return a - b\n", "    return a - b\n"))
+    model = ScriptedModel([same, "ok"])
+    list(conversation(git_repo, model, full_auto(edit_format="diff")).send("fix sub in calc.py"))
+    assert "so it changes nothing" in model.seen[1][-1]["content"]

@@ -340,7 +340,7 @@ class Conversation:
         if fmt != "whole":
             edits, malformed = parse_edits(text, default)
             problems = list(malformed)
-            for fe in apply_edits(edits, self.root):
+            for fe in apply_edits(edits, self.root, attached):
                 problems += fe.problems
                 if fe.content is not None:
                     edited.add(fe.path)

@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import difflib
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -325,9 +326,11 @@ def closest_lines(text: str, search: str) -> str:
     return closest(text, search)
 
 
-def apply_edits(edits: list[Edit], root: Path) -> list[FileEdit]:
+def apply_edits(edits: list[Edit], root: Path, others: Sequence[str] = ()) -> list[FileEdit]:
     """Each file's pairs applied in order to its text (read and confined as edit_file reads:
-    tools/edits.py); one FileEdit per file, in the order the reply names them."""
+    tools/edits.py); one FileEdit per file, in the order the reply names them. A SEARCH that
+    is not in its file but is in one of `others` (the files attached to the message) is
+    reported with that file's name; it is never applied there."""
     from tools._paths import PathError, confine
     from tools.edits import read_existing
 
@@ -354,8 +357,17 @@ def apply_edits(edits: list[Edit], root: Path) -> list[FileEdit]:
             fe.problems.append(f"{which} is not applied: {edit.path} does not exist; to "
                                "create it, leave the SEARCH section empty")
             continue
+        if edit.search.strip() and edit.search == edit.replace:
+            fe.problems.append(f"{which} is not applied: its REPLACE lines are its SEARCH lines, "
+                               "so it changes nothing; write in REPLACE the lines as they "
+                               "should be")
+            continue
         new, level, why = apply_one(text or "", edit)
         if new is None:
+            elsewhere = _found_in(edit, root, others) if "are not in" in why else ""
+            if elsewhere:
+                why = (f"its SEARCH lines are not in {edit.path} but in {elsewhere}: put "
+                       f"{elsewhere} on the line before the code block")
             fe.problems.append(f"{which} is not applied: {why}")
             continue
         texts[edit.path] = new
@@ -367,6 +379,25 @@ def apply_edits(edits: list[Edit], root: Path) -> list[FileEdit]:
             fe.problems.append(f"The other {len(fe.applied)} block(s) for {fe.path} were applied; "
                                "do not send them again.")
     return list(out.values())
+
+
+def _found_in(edit: Edit, root: Path, others: Sequence[str]) -> str:
+    """The one other file of `others` where the SEARCH matches one place short of fuzzy."""
+    from tools._paths import PathError, confine
+    from tools.edits import read_existing
+
+    found = []
+    for path in dict.fromkeys(others):
+        if path == edit.path:
+            continue
+        try:
+            text = read_existing(confine(root, path), path)
+        except (PathError, OSError):
+            continue
+        level, matches = locate(text.replace("\r\n", "\n"), edit.search) if text else ("", [])
+        if level not in ("", "fuzzy") and len(matches) == 1:
+            found.append(path)
+    return found[0] if len(found) == 1 else ""
 
 
 def whole_verdict(block: FileBlock, root: Path, edit_format: str) -> str:
