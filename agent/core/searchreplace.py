@@ -25,7 +25,9 @@ same way); that, ignoring blank lines; last, the one span of the file whose text
 finds it at more than one place refuses it (it never falls through to a looser one). The
 pairs of a file apply one after the other to its text; the ones that match are applied
 (as one write_file call per file, so approvals, snapshots, confinement and commits are the
-whole format's), the others are reported with the file's closest lines, for the model.
+whole format's), the others are reported for the model: with the file's closest lines, or
+with the name of the one other attached file that has the SEARCH lines (never applied there).
+A pair whose REPLACE is its SEARCH changes nothing and is reported too.
 
 "auto" asks for whole files below `AUTO_LINES` lines and search/replace blocks from there on
 (a whole 100-line Python file is 700-1100 tokens with Qwen2.5's tokenizer: the exercism
