@@ -312,3 +312,8 @@ def test_a_pair_that_changes_nothing_goes_back(git_repo):
     model = ScriptedModel([same, "ok"])
     list(conversation(git_repo, model, full_auto(edit_format="diff")).send("fix sub in calc.py"))
     assert "so it changes nothing" in model.seen[1][-1]["content"]
+    # ... and, for the wrong file, where its lines are
+    commit(git_repo, "test_calc.py", "from calc import sub\n")
+    wrong = Edit("test_calc.py", "    return a - b\n", "    return a - b\n")
+    [fe] = apply_edits([wrong], git_repo, ["test_calc.py", "calc.py"])
+    assert "but in calc.py" in fe.problems[0] and "changes nothing" in fe.problems[0]

@@ -359,17 +359,17 @@ def apply_edits(edits: list[Edit], root: Path, others: Sequence[str] = ()) -> li
             fe.problems.append(f"{which} is not applied: {edit.path} does not exist; to "
                                "create it, leave the SEARCH section empty")
             continue
-        if edit.search.strip() and edit.search == edit.replace:
-            fe.problems.append(f"{which} is not applied: its REPLACE lines are its SEARCH lines, "
-                               "so it changes nothing; write in REPLACE the lines as they "
-                               "should be")
-            continue
         new, level, why = apply_one(text or "", edit)
-        if new is None:
+        same = bool(edit.search.strip()) and edit.search == edit.replace
+        if new is None or same:
             elsewhere = _found_in(edit, root, others) if "are not in" in why else ""
             if elsewhere:
                 why = (f"its SEARCH lines are not in {edit.path} but in {elsewhere}: put "
                        f"{elsewhere} on the line before the code block")
+            if same:  # (reported even where it matches: it changes nothing)
+                why = "; ".join(filter(None, [why, "its REPLACE lines are its SEARCH lines, so "
+                                              "it changes nothing: write in REPLACE the lines "
+                                              "as they should be"]))
             fe.problems.append(f"{which} is not applied: {why}")
             continue
         texts[edit.path] = new
