@@ -273,61 +273,81 @@ def _two_token_dist(model, prefix, params):
     return out
 
 
-def _draft_tree(draft, prefix, params, branch: bool) -> TokenTree:
-    """A depth-2 draft tree sampled as `tree_draft` samples: at the root x1 ~ q, x2 ~ q
-    without x1; under x1 one child ~ q(.|x1) (under x2 too when `branch`)."""
+class _Tiny:
+    """The DraftModel fields `tree_draft._choices` reads, for an 8-token raw model."""
+    head, vocab_limit = None, 8
+
+
+def _draft_sampler(draft, prefix, params):
+    """Draws depth-2 draft trees as `tree_draft` does (the same `_choices`): at the root
+    x1 ~ q and x2 ~ q without x1; one child ~ q(.|x) under each. The draft's logits are
+    computed once."""
     from agent.engine.tree_draft import _choices
 
-    class Tiny:  # the DraftModel fields `_choices` reads
-        head, vocab_limit = None, 8
+    root = forward(draft, prefix, make_prompt_cache(draft))[-1:]
+    after = [forward(draft, [*prefix, a], make_prompt_cache(draft))[-1:] for a in range(8)]
 
-    kids = _choices(Tiny(), forward(draft, prefix, make_prompt_cache(draft))[-1:], [], prefix,
-                    params, None, close=0.0)
-    tokens, parents, logq = [prefix[-1]], [-1], [None]
-    for tok, lq, _ in kids:
-        tokens.append(tok), parents.append(0), logq.append(lq)
-    for i, (tok, _, _) in enumerate(kids[: 2 if branch else 1]):
-        lg = forward(draft, [*prefix, tok], make_prompt_cache(draft))[-1:]
-        tok2, lq2, _ = _choices(Tiny(), lg, [tok], prefix, params, None, close=2.0)[0]
-        tokens.append(tok2), parents.append(1 + i), logq.append(lq2)
-    return TokenTree(tokens, parents, logq)
+    def make() -> TokenTree:
+        kids = _choices(_Tiny(), root, [], prefix, params, None, close=0.0)
+        tokens, parents, logq = [prefix[-1]], [-1], [None]
+        for tok, lq, _ in kids:
+            tokens.append(tok), parents.append(0), logq.append(lq)
+        for i, (tok, _, _) in enumerate(kids):
+            tok2, lq2, _ = _choices(_Tiny(), after[tok], [tok], prefix, params, None, close=2.0)[0]
+            tokens.append(tok2), parents.append(1 + i), logq.append(lq2)
+        return TokenTree(tokens, parents, logq)
+
+    return make
 
 
-def _sample_counts(target, draft, prefix, params, n, make_tree):
+def _sample_counts(target, prefix, params, n, make_tree, penalized=False) -> dict:
+    """The first two tokens of `n` tree rounds (a plain step after a round that stopped at
+    the root), all from one prefilled cache cut back after each round."""
+    cache = make_prompt_cache(target)
+    prefill(target, prefix[:-1], cache)
+    base = cache[0].offset
     counts: dict = {}
+    history = prefix if penalized else ()
     for _ in range(n):
-        cache = make_prompt_cache(target)
-        prefill(target, prefix[:-1], cache)
-        emitted, _ = verify_tree(target, cache, make_tree(), params)
-        if len(emitted) < 2:  # stopped at the root: the second token by a plain step
-            emitted += verify_round(target, cache, emitted[-1], Draft([]), params)[0]
+        emitted, _ = verify_tree(target, cache, make_tree(), params, history=history)
+        if len(emitted) < 2:
+            emitted += verify_round(target, cache, emitted[-1], Draft([]), params,
+                                    history=[*history, *emitted] if penalized else ())[0]
         key = tuple(emitted[:2])
         counts[key] = counts.get(key, 0) + 1
+        for c in cache:
+            c.trim(c.offset - base)
     return counts
 
 
-TREES = {
-    # lookup-style: distinct deterministic continuations
-    "lookup": lambda root, draft, params: TokenTree.from_paths(root, [[3, 3], [5, 1], [2], [3, 6]], 8),
-    "model": lambda root, draft, params: _draft_tree(draft, [1, 5, 2, 7], params, branch=True),
-}
+def _lookup_sampler(prefix):
+    tree = TokenTree.from_paths(prefix[-1], [[3, 3], [5, 1], [2], [3, 6]], 8)  # distinct, fixed
+    return lambda: tree
+
+
+SAMPLERS = {"lookup": lambda target, draft, prefix, params: _lookup_sampler(prefix),
+            "model": lambda target, draft, prefix, params: _draft_sampler(draft, prefix, params)}
+PREFIX = [1, 5, 2, 7]
 
 
 @pytest.mark.parametrize("kind", ["model", "lookup"])
 @pytest.mark.parametrize("params", [SamplingParams(temperature=1.0),
                                     SamplingParams(temperature=0.8, top_k=5, top_p=0.9, min_p=0.05)])
 def test_tree_sampling_is_exact(tiny_vocab_pair, kind, params):
-    """First two emitted tokens of a tree round ~ plain sampling (chi-square, p ≈ 0.001)."""
+    """First two emitted tokens of a tree round ~ plain sampling (chi-square, p ≈ 0.001);
+    the same counts against the unfiltered distribution at half the temperature are rejected
+    (the test has the power to see a wrong distribution)."""
     target, draft = tiny_vocab_pair
-    prefix = [1, 5, 2, 7]
-    want = _two_token_dist(target, prefix, params)
+    want = _two_token_dist(target, PREFIX, params)
     mx.random.seed(4321)
-    n = 1500
-    counts = _sample_counts(target, draft, prefix, params, n,
-                            lambda: TREES[kind](prefix[-1], draft, params))
+    n = 600
+    counts = _sample_counts(target, PREFIX, params, n, SAMPLERS[kind](target, draft, PREFIX, params))
     stat, df = _chi2(counts, want, n)
     assert df >= 3 and stat < _chi2_critical(df), (stat, df)
     assert all(want.get(key, 0) > 0 for key in counts)  # filtered outcomes never appear
+    other = _two_token_dist(target, PREFIX, SamplingParams(temperature=params.temperature / 2))
+    stat, df = _chi2(counts, other, n)
+    assert stat > _chi2_critical(df), (stat, df)
 
 
 def test_penalized_tree_sampling_is_exact(tiny_vocab_pair):
@@ -335,20 +355,11 @@ def test_penalized_tree_sampling_is_exact(tiny_vocab_pair):
 
     target, _ = tiny_vocab_pair
     params = SamplingParams(temperature=1.0, repetition_penalty=3.0, repetition_window=4)
-    prefix = [1, 5, 2, 7]
-    want = penalized_dist(target, prefix, params)
+    want = penalized_dist(target, PREFIX, params)
     mx.random.seed(77)
-    counts: dict = {}
-    n = 1500
-    for _ in range(n):
-        cache = make_prompt_cache(target)
-        prefill(target, prefix[:-1], cache)
-        tree = TokenTree.from_paths(prefix[-1], [[5, 7], [7, 5], [2]], 8)
-        emitted, _ = verify_tree(target, cache, tree, params, history=prefix)
-        if len(emitted) < 2:
-            emitted += verify_round(target, cache, emitted[-1], Draft([]), params,
-                                    history=[*prefix, *emitted])[0]
-        counts[tuple(emitted[:2])] = counts.get(tuple(emitted[:2]), 0) + 1
+    n = 600
+    tree = TokenTree.from_paths(PREFIX[-1], [[5, 7], [7, 5], [2]], 8)
+    counts = _sample_counts(target, PREFIX, params, n, lambda: tree, penalized=True)
     stat, df = _chi2(counts, want, n)
     assert df >= 3 and stat < _chi2_critical(df), (stat, df)
 
@@ -360,7 +371,7 @@ def test_sibling_rejection_follows_the_residual():
     tree = TokenTree.from_paths(0, [[1], [2]], 4)
     mx.random.seed(5)
     counts = np.zeros(4)
-    n = 20000
+    n = 3000
     for _ in range(n):
         path, nxt = accept_tree_sampled(mx.log(mx.concatenate([p, p, p])), tree)
         counts[tree.tokens[path[1]] if len(path) > 1 else nxt] += 1
@@ -373,12 +384,10 @@ def test_sibling_rejection_follows_the_residual():
 def test_tree_sampling_is_exact_many_draws(tiny_vocab_pair, kind):
     target, draft = tiny_vocab_pair
     params = SamplingParams(temperature=0.7, top_p=0.95)
-    prefix = [1, 5, 2, 7]
-    want = _two_token_dist(target, prefix, params)
+    want = _two_token_dist(target, PREFIX, params)
     mx.random.seed(999)
     n = 12000
-    counts = _sample_counts(target, draft, prefix, params, n,
-                            lambda: TREES[kind](prefix[-1], draft, params))
+    counts = _sample_counts(target, PREFIX, params, n, SAMPLERS[kind](target, draft, PREFIX, params))
     stat, df = _chi2(counts, want, n)
     assert df >= 3 and stat < _chi2_critical(df), (stat, df)
 

@@ -308,11 +308,11 @@ def accept_tree_greedy(tree: TokenTree, best: Sequence[int]) -> tuple[list[int],
         path.append(nxt)
 
 
-def _widen(logq: mx.array, width: int) -> mx.array:
-    """A narrower draft's row padded with -inf (q = 0 beyond its width)."""
-    if logq.shape[-1] >= width:
-        return logq[:width]
-    return mx.concatenate([logq, mx.full((width - logq.shape[-1],), -mx.inf, dtype=logq.dtype)])
+def _row(logq: mx.array, width: int) -> np.ndarray:
+    """A proposal row as float64 probabilities over `width` ids (q = 0 beyond a narrower
+    draft's width)."""
+    q = np.exp(np.asarray(logq.astype(mx.float32), dtype=np.float64))[:width]
+    return q if q.size == width else np.concatenate([q, np.zeros(width - q.size)])
 
 
 def accept_tree_sampled(lp: mx.array, tree: TokenTree) -> tuple[list[int], int]:
@@ -321,29 +321,34 @@ def accept_tree_sampled(lp: mx.array, tree: TokenTree) -> tuple[list[int], int]:
     the next token). At a node with target distribution p, each child x with proposal q (its
     `logq`, or a point mass) in turn is accepted with probability min(1, p(x) / q(x)); after
     a rejection p becomes max(p - q, 0), renormalized. The emitted tokens are distributed
-    exactly as plain sampling from `lp` row by row."""
-    path = [0]
+    exactly as plain sampling from `lp` row by row. Arithmetic in float64 numpy; the uniforms
+    come from mx.random (one draw per call)."""
     width = lp.shape[-1]
+    u = np.asarray(mx.random.uniform(shape=(len(tree) + 1,)), dtype=np.float64)
+    path = [0]
     while True:
         node = path[-1]
-        p = mx.exp(lp[node])
+        p = np.exp(np.asarray(lp[node].astype(mx.float32), dtype=np.float64))
+        p /= p.sum()
         moved = False
         for c in tree.children[node]:
             x = tree.tokens[c]
-            logq = tree.logq[c]
-            q = (mx.exp(_widen(logq, width)) if logq is not None
-                 else (mx.arange(width) == x).astype(p.dtype))
-            px, qx = p[x].item(), q[x].item()
-            if qx > 0 and mx.random.uniform().item() * qx < px:
+            if tree.logq[c] is None:
+                q = np.zeros(width)
+                q[x] = 1.0
+            else:
+                q = _row(tree.logq[c], width)
+            if q[x] > 0 and u[c] * q[x] < p[x]:
                 path.append(c)
                 moved = True
                 break
-            residual = mx.maximum(p - q, 0.0)
-            total = residual.sum().item()
+            residual = np.maximum(p - q, 0.0)
+            total = residual.sum()
             if total > 0:  # else p == q up to rounding: rejection had probability ~0
                 p = residual / total
-        if not moved:
-            return path, int(mx.random.categorical(mx.log(p)).item())
+        if not moved:  # draw from p by its inverse distribution function
+            cdf = np.cumsum(p)
+            return path, int(min(np.searchsorted(cdf, u[-1] * cdf[-1], side="right"), width - 1))
 
 
 def verify_tree(model: nn.Module, cache: list, tree: TokenTree, params: SamplingParams,
