@@ -21,10 +21,10 @@ from .cache import ModelCache
 from .draft_head import RestrictedHead
 from .loading import LoadedModel
 from .sampling import SamplingParams, apply_mask, apply_penalty, log_probs, penalized_ids
-from .step import TokenConstraint, common_prefix, forward, prefill
+from .step import TokenConstraint, common_prefix, fit_width, forward, prefill
 from .suffix import SuffixIndex
 from .tree import TokenTree, TreeShape, compact, supports_tree
-from .tree_draft import lookup_paths, model_tree
+from .tree_draft import model_tree
 
 
 @dataclass
@@ -137,7 +137,7 @@ class DraftModel:
         With a repetition penalty, `history` + this round's drafts are the tokens before it."""
         width, head, mask = self.vocab_limit, self.head, None
         if constraint is not None:  # checked before feeding, so the cache matches `fed`
-            mask = _fit_width(constraint.masks([int(t.item()) for t in toks])[-1:], width)
+            mask = fit_width(constraint.masks([int(t.item()) for t in toks])[-1:], width)
             if head is not None:
                 mask = head.columns(mask)
                 if not mx.any(mask).item():
@@ -387,11 +387,15 @@ class PromptLookup:
         return draft if tree.is_chain() else Draft(draft.tokens, None, draft.source, tree)
 
 
-def _fit_width(mask: mx.array, width: int) -> mx.array:
-    """A (1, V') mask cut or padded (with False) to `width` columns."""
-    if mask.shape[-1] >= width:
-        return mask[:, :width]
-    return mx.concatenate([mask, mx.zeros((1, width - mask.shape[-1]), dtype=mx.bool_)], axis=-1)
+def lookup_paths(hist: Sequence[int], index: dict, max_n: int, min_n: int, k: int,
+                 limit: int = 8) -> list[list[int]]:
+    """Continuations (up to k tokens) of the latest `limit` occurrences of the longest n-gram
+    ending `hist` that `index` holds (n-gram -> positions after it), latest first."""
+    for n in range(min(max_n, len(hist)), min_n - 1, -1):
+        ends = index.get(tuple(hist[-n:]))
+        if ends:
+            return [_continue(hist, e, k) for e in reversed(ends[-limit:])]
+    return []
 
 
 def _continue(seq: Sequence[int], end: int, k: int) -> list[int]:

@@ -47,6 +47,13 @@ class TokenConstraint(Protocol):
     def done(self) -> bool: ...
 
 
+def fit_width(mask: mx.array, width: int) -> mx.array:
+    """A (1, V') mask cut or padded (with False) to `width` columns."""
+    if mask.shape[-1] >= width:
+        return mask[:, :width]
+    return mx.concatenate([mask, mx.zeros((1, width - mask.shape[-1]), dtype=mx.bool_)], axis=-1)
+
+
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """Length of the longest common prefix of two token sequences."""
     n = min(len(a), len(b))

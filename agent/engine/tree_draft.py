@@ -1,5 +1,4 @@
-"""Tree drafts: a draft model that branches where its top two choices are close, and n-gram
-continuations from every occurrence of a match.
+"""Tree drafts from a draft model that branches where its top two choices are close.
 
 `model_tree` drafts level by level, one draft forward pass per depth over every node of that
 depth (`tree.tree_pass`, the draft's own tree mask). The main line (each node's first child
@@ -27,6 +26,7 @@ import mlx.core as mx
 import numpy as np
 
 from .sampling import SamplingParams, apply_mask, log_probs
+from .step import fit_width
 from .tree import TokenTree, TreeShape, tree_pass, visibility
 
 class _Level:
@@ -45,9 +45,7 @@ def _choices(dm, logits: mx.array, path: list[int], history: Sequence[int],
     [(token id, logq row (V,) or None when greedy, probability estimate)]."""
     head = dm.head
     if constraint is not None:
-        from .drafters import _fit_width
-
-        mask = _fit_width(constraint.masks(path)[-1:], dm.vocab_limit)
+        mask = fit_width(constraint.masks(path)[-1:], dm.vocab_limit)
         if head is not None:
             mask = head.columns(mask)
         logits = apply_mask(logits, mask)
@@ -163,16 +161,3 @@ def model_tree(dm, history: Sequence[int], k: int, params: SamplingParams, const
         m += 1
     dm.fed.extend(tree.tokens[n] for n in line[:m])
     return tree, rows
-
-
-def lookup_paths(hist: Sequence[int], index: dict, max_n: int, min_n: int, k: int,
-                 limit: int = 8) -> list[list[int]]:
-    """Continuations (up to k tokens) of the latest `limit` occurrences of the longest n-gram
-    ending `hist` that `index` holds (n-gram -> positions after it), latest first."""
-    from .drafters import _continue
-
-    for n in range(min(max_n, len(hist)), min_n - 1, -1):
-        ends = index.get(tuple(hist[-n:]))
-        if ends:
-            return [_continue(hist, e, k) for e in reversed(ends[-limit:])]
-    return []
