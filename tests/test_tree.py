@@ -432,3 +432,49 @@ def test_probe_measures_the_model_and_a_chain_is_the_special_case(pair):
     assert shape is None or shape.nodes > 4
     slow = TreeBudget(cap=8, cost=VerifyCost({1: 1.0, 8: 8.0}))
     assert slow.shape(target.model, cache, 4) is None  # rows cost a step each: chains
+
+
+# ---- lookup and suffix trees, the config ---------------------------------------------------------
+
+
+def test_lookup_drafts_every_occurrence_as_branches():
+    """The main line is the chain lookup would draft (the latest occurrence); the other
+    occurrences' continuations hang beside it, shared prefixes merged."""
+    hist = [1, 2, 3, 4, 9, 1, 2, 5, 6, 8, 1, 2, 7, 7, 1, 2]
+    chain = PromptLookup(max_n=3, min_n=2).propose(hist, 2, SamplingParams())
+    d = PromptLookup(max_n=3, min_n=2).propose_tree(hist, 2, SamplingParams(), None, TreeShape(16))
+    assert d.tokens == chain.tokens == [7, 7] and d.source == "lookup"
+    t = d.tree
+    assert [t.tokens[c] for c in t.children[0]] == [7, 5, 3]
+    assert sorted(tuple(t.path_tokens(leaf)) for leaf in t.leaves()) == [(3, 4), (5, 6), (7, 7)]
+    small = PromptLookup(max_n=3, min_n=2).propose_tree(hist, 2, SamplingParams(), None, TreeShape(3))
+    assert small.tree.nodes == 3  # the budget caps the nodes
+    alone = PromptLookup(max_n=3, min_n=2).propose_tree([1, 2, 3, 1, 2], 2, SamplingParams(), None,
+                                                         TreeShape(16))
+    assert alone.tree is None and alone.tokens == [3, 1]  # one occurrence: a chain
+
+
+def test_suffix_continuations_most_frequent_first():
+    from agent.engine.suffix import SuffixIndex
+
+    idx = SuffixIndex(min_n=2, max_n=3)
+    for seq in ([5, 6, 7, 8, 9], [5, 6, 7, 1, 2], [4, 6, 7, 1, 2], [3, 6, 7, 8, 9, 10]):
+        idx.add(seq)
+    got = idx.continuations([0, 6, 7], 2)
+    assert got[0] == [8, 9] or got[0] == [1, 2]
+    assert sorted(map(tuple, got)) == [(1, 2), (8, 9)]
+    lk = PromptLookup(max_n=3, min_n=2, suffix=idx)
+    d = lk.propose_tree([0, 0, 6, 7], 2, SamplingParams(), None, TreeShape(8))
+    assert d.source == "suffix" and d.tree is not None
+    assert sorted(tuple(d.tree.path_tokens(leaf)) for leaf in d.tree.leaves()) == [(1, 2), (8, 9)]
+
+
+def test_config_turns_trees_on(pair):
+    from agent.config import Config
+    from agent.runtime import make_speculator
+
+    target, draft = pair
+    assert make_speculator(Config(speculation="on", draft_model="x"), target, draft).tree is None
+    spec = make_speculator(Config(speculation="on", draft_model="x", tree="auto", tree_nodes=20),
+                           target, draft)
+    assert spec.tree is not None and spec.tree.cap == 20
