@@ -169,6 +169,25 @@ def test_greedy_tree_equals_chain_equals_plain(pair, kind, k, rounds):
         assert any(branched for _, _, branched in rounds), "no round accepted a branch"
 
 
+def test_tree_passes_over_many_keys_take_the_numpy_attention(pair, rounds, monkeypatch):
+    """Where chains' verify passes take the numpy attention (many cached keys), trees' do too
+    (a boolean tree mask), and the output still equals plain."""
+    from agent.engine import attention
+
+    target, draft = pair
+    monkeypatch.setattr(attention, "MIN_SCORES", 64)
+    masks = []
+    real = attention.prefill_attention
+    monkeypatch.setattr(attention, "prefill_attention",
+                        lambda *a, **kw: masks.append(kw.get("allowed") is not None) or real(*a, **kw))
+    prompt = Session(target).render([{"role": "user", "content": PROMPTS[0] * 3}])
+    want = run(Session(target), prompt, max_tokens=48, stop_tokens=set())[0]
+    spec = Session(target, speculator=Speculator(make_drafter("model", draft),
+                                                 SpecPolicy(mode="on", fixed_k=4), tree_budget()))
+    assert run(spec, prompt, max_tokens=48, stop_tokens=set())[0] == want
+    assert rounds and any(masks)
+
+
 def test_greedy_tree_across_turns_with_cancels_equals_cold_plain(pair, rounds):
     """Warm turns (draft and target caches carried over), one turn closed mid-way, one
     cancelled: every turn's output equals a cold plain run, and so do the draft caches."""

@@ -391,26 +391,26 @@ class Speculator:
         "forced" for grammar-determined tokens)."""
         t1 = time.perf_counter()
         model, cache = session.target.model, session.tcache.cache
+        path: list[int] = []
         if draft.tree is not None:
             assert draft.tree.tokens[0] == pending, "a tree's root is the pending token"
             emitted, path = verify_tree(model, cache, draft.tree, params, constraint,
                                         session.tokens)
-            n, drafted, positions = len(path) - 1, draft.tree.nodes, len(draft.tree)
-            keep = getattr(self.drafter, "keep_path", None)
-            if keep is not None:  # the draft cache keeps the accepted path only
-                keep(path)
+            n, drafted = len(path) - 1, draft.tree.nodes
         else:
             emitted, n = verify_round(model, cache, pending, draft, params, constraint,
                                       session.tokens)
-            drafted = positions = len(draft.tokens)
-            positions += 1
+            drafted = len(draft.tokens)
+        seconds = time.perf_counter() - t1
+        if self.tree is not None:  # the cost of a pass of this many positions, measured
+            self.tree.cost.observe(drafted + 1, seconds)
+        keep = getattr(self.drafter, "keep_path", None)
+        if path and keep is not None:  # the draft cache keeps the accepted path only
+            keep(path)
         if constraint is not None:
             constraint.consume(emitted)
         c = self.call
-        seconds = time.perf_counter() - t1
-        c.verify_s += seconds
-        if self.tree is not None:
-            self.tree.cost.observe(positions, seconds)
+        c.verify_s += time.perf_counter() - t1
         if draft.source == "forced":  # grammar-determined: not a measure of the drafter
             c.forced += n
         elif draft.tokens:  # a miss verified alone is just a plain step, not a round
