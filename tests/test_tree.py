@@ -169,6 +169,24 @@ def test_greedy_tree_equals_chain_equals_plain(pair, kind, k, rounds):
         assert any(branched for _, _, branched in rounds), "no round accepted a branch"
 
 
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_trees_with_a_restricted_head_and_a_confidence_stop(pair, rounds, temperature):
+    """The shipped draft settings (a head over some ids, rounds ended by the draft's
+    confidence): greedy equals plain; sampling decodes and leaves the caches exact."""
+    target, draft = pair
+    prompt = Session(target).render([{"role": "user", "content": PROMPTS[2]}])
+    params = SamplingParams(temperature=temperature)
+    dm = DraftModel(draft, min_confidence=0.01, draft_vocab=64)
+    assert dm.head is not None and dm.stops_itself
+    spec = Session(target, speculator=Speculator(dm, SpecPolicy(mode="on"), tree_budget()))
+    got = run(spec, prompt, params=params, max_tokens=48, stop_tokens=set())[0]
+    if temperature == 0:
+        assert got == run(Session(target), prompt, max_tokens=48, stop_tokens=set())[0]
+    assert rounds and any(nodes > 1 for nodes, _, _ in rounds)
+    assert dm.cache.offset == len(dm.fed)
+    _assert_kv_equal(_kv(dm.cache.cache), _cold_kv(draft.model, dm.fed))
+
+
 def test_tree_passes_over_many_keys_take_the_numpy_attention(pair, rounds, monkeypatch):
     """Where chains' verify passes take the numpy attention (many cached keys), trees' do too
     (a boolean tree mask), and the output still equals plain."""

@@ -34,7 +34,8 @@ class TokenConstraint(Protocol):
 
     `masks(draft)` returns a (len(draft)+1, V) boolean array: row i lists the tokens allowed
     after the constraint's current state advanced by `draft[:i]` (rows after an invalid
-    draft token may be anything; that token is rejected). `consume` advances the state by
+    draft token may be anything; that token is rejected); a token tree asks it once per
+    root-to-leaf path (`tree.tree_masks`). `consume` advances the state by
     accepted tokens; `forced` lists tokens the constraint determines (free drafts).
     """
 
