@@ -178,7 +178,7 @@ def test_trees_with_a_restricted_head_and_a_confidence_stop(pair, rounds, temper
     params = SamplingParams(temperature=temperature)
     dm = DraftModel(draft, min_confidence=0.01, draft_vocab=64)
     assert dm.head is not None and dm.stops_itself
-    spec = Session(target, speculator=Speculator(dm, SpecPolicy(mode="on"), tree_budget()))
+    spec = Session(target, speculator=Speculator(dm, SpecPolicy(mode="on"), tree_budget(24)))
     got = run(spec, prompt, params=params, max_tokens=48, stop_tokens=set())[0]
     if temperature == 0:
         assert got == run(Session(target), prompt, max_tokens=48, stop_tokens=set())[0]

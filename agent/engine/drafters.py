@@ -204,7 +204,8 @@ class DraftModel:
         if shape.nodes <= k or not supports_tree(self.lm.model, self.cache.cache):
             return self.propose(history, k, params, constraint)
         tree, rows = model_tree(self, history, k, params, constraint, shape)
-        self._tree = (tree, rows, len(history))
+        # A chain left its rows as a chain round does (`fed`): nothing to compact.
+        self._tree = None if tree.is_chain() else (tree, rows, len(history))
         line = tree.spine()
         logq = None
         if not params.greedy and line:
