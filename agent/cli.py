@@ -33,6 +33,9 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    help="auto: draft while it pays off; on: always; off: plain decoding")
     g.add_argument("--drafter", choices=CHOICES["drafter"],
                    help="what proposes tokens (auto: combined with a draft model, else lookup)")
+    g.add_argument("--tree", choices=CHOICES["tree"],
+                   help="auto: token trees (several candidates per round, one verify pass), "
+                   "sized by the measured verify cost; off: one chain per round (default)")
     g.add_argument("--temperature", "--temp", type=float, help="0 = greedy (default)")
     g.add_argument("--top-p", type=float)
     g.add_argument("--top-k", type=int)
@@ -214,7 +217,8 @@ def _eval_parser(sub) -> None:
 
 
 def _flags(args: argparse.Namespace) -> dict:
-    keys = ("model", "draft_model", "num_draft_tokens", "speculation", "drafter", "temperature",
+    keys = ("model", "draft_model", "num_draft_tokens", "speculation", "drafter", "tree",
+            "temperature",
             "top_p", "top_k", "min_p", "max_tokens", "device", "blas", "max_turns",
             "approval_mode", "auto_commit", "constrained_calls", "tool_choice", "dirty_files",
             "shell_timeout_s", "sandbox", "allow_network", "engine", "base_url", "tool_format",

@@ -44,6 +44,10 @@ class Config:
     # (the product of its top probabilities) falls below this; 0 = fixed-length rounds.
     draft_confidence: float = 0.5
     draft_vocab: int = 32768  # draft head over the first N ids + ids seen; 0 = full head
+    # Token trees: several candidates per round, verified in one pass, sized by the measured
+    # verify cost (auto) | off (one chain per round).
+    tree: str = "off"
+    tree_nodes: int = 32  # at most this many draft nodes per tree
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0

@@ -63,6 +63,7 @@ def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None]
     from .engine.pairing import check_tokenizers, pairing_warnings
     from .engine.cache import ModelCache
     from .engine.speculative import SpecPolicy, Speculator
+    from .engine.tree import TreeBudget
 
     say = warn or (lambda m: print(f"spec-agent: warning: {m}", file=sys.stderr))
     if cfg.speculation == "off":
@@ -89,7 +90,8 @@ def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None]
     lookup = PromptLookup(max_k=cfg.num_draft_tokens or 16, suffix=suffix)  # a pinned K caps its runs too
     drafter = lookup if kind == "lookup" else model if kind == "model" else Combined(model, lookup)
     policy = SpecPolicy(mode=cfg.speculation, fixed_k=cfg.num_draft_tokens)
-    return Speculator(drafter, policy)
+    tree = TreeBudget(cap=cfg.tree_nodes) if cfg.tree == "auto" else None
+    return Speculator(drafter, policy, tree)
 
 
 def tool_format(cfg: Config) -> str:
@@ -122,7 +124,8 @@ def open_openai(cfg: Config, tools: Any = None):
 
 # Settings a UI may change between messages, and what changing them needs.
 LIVE_KEYS = {"model": "reload", "draft_model": "reload", "num_draft_tokens": "speculator",
-             "speculation": "speculator", "drafter": "speculator", "approval_mode": "conversation",
+             "speculation": "speculator", "drafter": "speculator", "tree": "speculator",
+             "tree_nodes": "speculator", "approval_mode": "conversation",
              "temperature": "sampling", "max_tokens": "sampling",
              "repetition_penalty": "sampling"}
 

@@ -182,15 +182,21 @@ def test_a_file_written_out_again_unchanged_is_pointed_out_once(git_repo):
     first quote of a file (an answer about it) is not pointed out."""
     same = "calc.py\n```python\n" + (git_repo / "calc.py").read_text() + "```\n"
     changed = same.replace("a - b", "b - a")
-    model = ScriptedModel([same, same, changed])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    model = ScriptedModel([same, "Here it is, fixed:\n" + same, changed])
+    cfg = full_auto(edit_format="whole", sandbox="off", resample_temperature=0.7)
+    conv = conversation(git_repo, model, cfg)
     assert list(conv.send("show calc.py"))[-1].stop_reason == "answered" and len(model.seen) == 1
     events = list(conv.send("sub is wrong: fix it"))
     assert "nothing changed" in model.seen[2][-1]["content"]
     assert events[-1].stop_reason == "answered" and "b - a" in (git_repo / "calc.py").read_text()
     same = changed
     model = ScriptedModel([same, same, same, "It needs no change."])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    conv = conversation(git_repo, model, cfg)
     list(conv.send("show calc.py"))
     events = list(conv.send("is sub right?"))
     assert len(model.seen) == 3 and events[-1].stop_reason == "answered"  # once a message
+    model = ScriptedModel([same, same, "x"])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    list(conv.send("show calc.py"))
+    list(conv.send("is sub right?"))
+    assert len(model.seen) == 2  # off with resampling off (the default)

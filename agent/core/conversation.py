@@ -248,7 +248,10 @@ class Conversation:
                 return REFUSED_EDIT.format(why="\n".join(refused), how=FIX_HOW[self.cfg.edit_format])
             return REFUSED.format(why="\n".join(refused))
         unchanged, run.unchanged = run.unchanged, []
-        if unchanged and not run.changed_any and not run.nudged and self.cfg.max_fix_rounds > 0:
+        # At temperature 0 the 0.5B wrote the same file again after being told (4 of 4 times
+        # measured), so this is part of resampling: told once, and a repeat is sampled again.
+        if (unchanged and not run.changed_any and not run.nudged
+                and self.cfg.resample_temperature > 0 and self.cfg.max_fix_rounds > 0):
             run.nudged = True  # once per message (as the repeat above)
             yield Warning(f"the reply wrote {', '.join(unchanged)} out unchanged; asking once more")
             return UNCHANGED.format(files=", ".join(unchanged))
