@@ -13,14 +13,18 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "blas": ("auto", "off"),
     "speculation": ("auto", "on", "off"),
     "drafter": ("auto", "model", "lookup", "combined"),
+    "tree": ("off", "auto"),
     "approval_mode": ("suggest", "auto-edit", "full-auto"),
     "dirty_files": ("commit", "stash", "refuse"),
     "tool_choice": ("auto", "first", "required"),
     "sandbox": ("auto", "off"),
     "engine": ("local", "openai"),
     "tool_format": ("auto", "native", "text"),
-    "edit_format": ("whole", "tool"),
+    "edit_format": ("whole", "diff", "auto", "tool"),
 }
+
+# Edit formats in which files change through code blocks in the reply, not edit tools.
+BLOCK_EDIT_FORMATS = ("whole", "diff", "auto")
 
 APPROVAL_MODES = CHOICES["approval_mode"]
 
@@ -31,6 +35,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "memory_headroom_gb": (lambda v: v >= 0, ">= 0"),
     "num_draft_tokens": (lambda v: 0 <= v <= 32, "between 0 (adaptive) and 32"),
     "draft_confidence": (lambda v: 0 <= v < 1, "in [0, 1)"),
+    "tree_nodes": (lambda v: 2 <= v <= 64, "between 2 and 64"),
     "draft_vocab": (lambda v: v >= 0, ">= 0 (0 = the full head)"),
     "temperature": (lambda v: v >= 0, ">= 0"),
     "top_p": (lambda v: 0 < v <= 1, "in (0, 1]"),
@@ -47,6 +52,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_retries": (lambda v: 0 <= v <= 20, "between 0 and 20"),
     "max_fix_rounds": (lambda v: 0 <= v <= 10, "between 0 (off) and 10"),
     "resample_temperature": (lambda v: 0 <= v <= 2, "between 0 (off) and 2"),
+    "repo_map_tokens": (lambda v: 0 <= v <= 16384, "between 0 (off) and 16384"),
     "base_url": (lambda v: v == "" or v.startswith(("http://", "https://")),
                  "an http:// or https:// URL"),
 }

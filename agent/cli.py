@@ -33,6 +33,9 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    help="auto: draft while it pays off; on: always; off: plain decoding")
     g.add_argument("--drafter", choices=CHOICES["drafter"],
                    help="what proposes tokens (auto: combined with a draft model, else lookup)")
+    g.add_argument("--tree", choices=CHOICES["tree"],
+                   help="auto: token trees (several candidates per round, one verify pass), "
+                   "sized by the measured verify cost; off: one chain per round (default)")
     g.add_argument("--temperature", "--temp", type=float, help="0 = greedy (default)")
     g.add_argument("--top-p", type=float)
     g.add_argument("--top-k", type=int)
@@ -54,7 +57,9 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    "template / the server's `tools`) or as <tool_call> text (text)")
     g.add_argument("--edit-format", choices=CHOICES["edit_format"],
                    help="whole: the model changes a file by replying with all of it in a code "
-                   "block; tool: through edit_file (search/replace) and write_file calls")
+                   "block; diff: with SEARCH/REPLACE blocks in its reply; auto: whole files "
+                   "under 100 lines, SEARCH/REPLACE blocks for longer ones; tool: through "
+                   "edit_file (search/replace) and write_file calls")
     g.add_argument("--no-attach-mentioned", dest="attach_mentioned", action="store_const",
                    const=False, help="do not attach the files a message names to it")
     g.add_argument("--lint-cmd", metavar="CMD", help="after the agent's edits, run CMD on the "
@@ -222,7 +227,8 @@ def _eval_parser(sub) -> None:
 
 
 def _flags(args: argparse.Namespace) -> dict:
-    keys = ("model", "draft_model", "num_draft_tokens", "speculation", "drafter", "temperature",
+    keys = ("model", "draft_model", "num_draft_tokens", "speculation", "drafter", "tree",
+            "temperature",
             "top_p", "top_k", "min_p", "max_tokens", "device", "blas", "max_turns",
             "approval_mode", "auto_commit", "constrained_calls", "tool_choice", "dirty_files",
             "shell_timeout_s", "sandbox", "allow_network", "engine", "base_url", "tool_format",

@@ -44,6 +44,10 @@ class Config:
     # (the product of its top probabilities) falls below this; 0 = fixed-length rounds.
     draft_confidence: float = 0.5
     draft_vocab: int = 32768  # draft head over the first N ids + ids seen; 0 = full head
+    # Token trees: several candidates per round, verified in one pass, sized by the measured
+    # verify cost (auto) | off (one chain per round).
+    tree: str = "off"
+    tree_nodes: int = 32  # at most this many draft nodes per tree
     temperature: float = 0.0
     top_p: float = 1.0
     top_k: int = 0
@@ -71,8 +75,13 @@ class Config:
     read_timeout_s: float = 300.0  # engine openai: longest wait for the next bytes (first byte too)
     max_retries: int = 3  # engine openai: retries on connection errors and HTTP 429/503
     tool_format: str = "auto"  # auto (the model's own where it has one) | native | text
-    edit_format: str = "whole"  # whole (reply with the whole new file) | tool (edit_file/write_file)
+    # whole (reply with the whole new file) | diff (SEARCH/REPLACE blocks in the reply) |
+    # auto (whole under 100 lines, else diff; core/searchreplace.py) | tool (edit_file/write_file)
+    edit_format: str = "whole"
     attach_mentioned: bool = True  # files a message names are attached to it
+    # with attach_mentioned, a larger repository's first message carries a map of the files
+    # most relevant to it (their definitions), at most this many tokens; 0 = off
+    repo_map_tokens: int = 1024
     suffix_index: bool = True  # lookup also drafts from this repository's earlier replies
     # environment variables shell commands get beyond the allowlist (tools/environ.py), e.g.
     # "MY_TOOL_TOKEN, NPM_*"; credentials (*_KEY, *_TOKEN, *_SECRET, ...) only when named here

@@ -21,6 +21,7 @@ from tools.environ import parse_passthrough
 from tools.sandbox import resolve as resolve_sandbox
 
 from . import store
+from .choices import BLOCK_EDIT_FORMATS
 from .config import Config, ConfigError, check_value
 from .core.git import GitGuard
 from .core.snapshots import UNTRACKED_FILE_MAX
@@ -62,6 +63,7 @@ def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None]
     from .engine.pairing import check_tokenizers, pairing_warnings
     from .engine.cache import ModelCache
     from .engine.speculative import SpecPolicy, Speculator
+    from .engine.tree import TreeBudget
 
     say = warn or (lambda m: print(f"spec-agent: warning: {m}", file=sys.stderr))
     if cfg.speculation == "off":
@@ -88,15 +90,17 @@ def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None]
     lookup = PromptLookup(max_k=cfg.num_draft_tokens or 16, suffix=suffix)  # a pinned K caps its runs too
     drafter = lookup if kind == "lookup" else model if kind == "model" else Combined(model, lookup)
     policy = SpecPolicy(mode=cfg.speculation, fixed_k=cfg.num_draft_tokens)
-    return Speculator(drafter, policy)
+    tree = TreeBudget(cap=cfg.tree_nodes) if cfg.tree == "auto" else None
+    return Speculator(drafter, policy, tree)
 
 
 def tool_format(cfg: Config) -> str:
     """The tool format in effect: "auto" means the model's own format, except for the local
-    engine with whole-file edits, where it means text (measured with Qwen2.5-Coder-0.5B on the
-    eval's tune tasks: its template's JSON schemas led it to answer with schema-like JSON
-    instead of code). Servers keep their native `tools` parameter."""
-    if cfg.tool_format == "auto" and cfg.edit_format == "whole" and cfg.engine == "local":
+    engine with code-block edits ("whole", "diff", "auto"), where it means text (measured with
+    Qwen2.5-Coder-0.5B and "whole" on the eval's tune tasks: its template's JSON schemas led it
+    to answer with schema-like JSON instead of code). Servers keep their native `tools`
+    parameter."""
+    if cfg.tool_format == "auto" and cfg.edit_format in BLOCK_EDIT_FORMATS and cfg.engine == "local":
         return "text"
     return cfg.tool_format
 
@@ -120,7 +124,8 @@ def open_openai(cfg: Config, tools: Any = None):
 
 # Settings a UI may change between messages, and what changing them needs.
 LIVE_KEYS = {"model": "reload", "draft_model": "reload", "num_draft_tokens": "speculator",
-             "speculation": "speculator", "drafter": "speculator", "approval_mode": "conversation",
+             "speculation": "speculator", "drafter": "speculator", "tree": "speculator",
+             "tree_nodes": "speculator", "approval_mode": "conversation",
              "temperature": "sampling", "max_tokens": "sampling",
              "repetition_penalty": "sampling"}
 
@@ -143,7 +148,8 @@ class Runtime:
         self.ctx = ToolContext(self.root, cfg.shell_timeout_s, in_git=self.git.enabled,
                                sandbox=sandbox, allow_network=cfg.allow_network,
                                env_passthrough=parse_passthrough(cfg.shell_env_passthrough),
-                               keep_unsaved_over=UNTRACKED_FILE_MAX if self.git.enabled else 0)
+                               keep_unsaved_over=UNTRACKED_FILE_MAX if self.git.enabled else 0,
+                               repo_map_tokens=cfg.repo_map_tokens)
         self.history, self.approver = history, approver
         self.session: Session | None = None
         self.model = model

@@ -45,6 +45,7 @@ def test_fix_rounds_are_bounded(git_repo):
 def test_the_loop_can_be_off(git_repo):
     for cfg in (full_auto(edit_format="whole", max_fix_rounds=0),
                 full_auto(edit_format="whole", auto_lint=False)):
+        (git_repo / "calc.py").write_text("def add(a, b):\n    return a + b\n")
         model = ScriptedModel([BROKEN])
         checks, _ = _run(conversation(git_repo, model, cfg))
         assert checks == [] and len(model.seen) == 1
@@ -97,3 +98,105 @@ def test_ruff_finds_an_undefined_name(tmp_path):
     assert not out.ok and "F821" in out.output and "re" in out.output
     (tmp_path / "a.py").write_text("import re\n\n\ndef f(s):\n    return re.sub('x', '', s)\n")
     assert ruff(["a.py"], tmp_path).ok
+
+
+# ---- names other files import (core/pynames.py) ------------------------------------------------
+
+def test_a_fragment_that_drops_imported_functions_goes_back(git_repo):
+    """A reply that replaces calc.py with a snippet compiles and lints clean; the test file
+    beside it (ignored by git, as tests a harness keeps out of view) imports what it dropped."""
+    (git_repo / ".git" / "info" / "exclude").write_text("/calc_test.py\n")
+    (git_repo / "calc_test.py").write_text("from calc import add, sub\n")
+    fragment = "calc.py\n```python\nraise ValueError('bad input')\n```\n"
+    whole = ("calc.py\n```python\ndef add(a, b):\n    return a + b\n\n\n"
+             "def sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n```\n")
+    model = ScriptedModel([fragment, whole])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    checks, result = _run(conv)
+    assert [(c.kind, c.ok, c.fed_back) for c in checks] == [("syntax", True, False),
+                                                            ("names", False, True),
+                                                            ("syntax", True, False)]
+    fed = model.seen[1][-1]["content"]
+    assert "calc.py does not define `add`, `sub`, which calc_test.py imports from it" in fed
+    assert "```" not in fed and "whole corrected file" in fed
+    assert result.stop_reason == "answered" and "def mul" in (git_repo / "calc.py").read_text()
+
+
+def test_missing_names_resolution(tmp_path):
+    from agent.core.pynames import missing_names
+
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "mod.py").write_text(
+        "import os\nif os.name:\n    A = 1\nelse:\n    A = 2\ntry:\n    from json import loads\n"
+        "except ImportError:\n    loads = None\nB, (C, *D) = 1, (2, 3)\n\n\ndef f():\n"
+        "    global G\n    G = 1\n")
+    (tmp_path / "pkg" / "user.py").write_text(
+        "from .mod import A, loads, B, C, D, G, gone\nfrom . import mod as m\n"
+        "import pkg.mod as pm\n\n\ndef g():\n    return m.A + pm.f() + pm.lost\n")
+    (tmp_path / "other.py").write_text("from pkg.mod import A, f\nfrom mod import nothere\n")
+    (tmp_path / ".venv").mkdir()
+    (tmp_path / ".venv" / "x.py").write_text("from pkg.mod import hidden\n")
+    found = {m.importer: m.names for m in missing_names(tmp_path, "pkg/mod.py")}
+    assert found == {"pkg/user.py": ("gone", "lost")}  # `from mod` in other.py is another module
+    (tmp_path / "pkg" / "mod.py").write_text("from os.path import *\n")
+    assert missing_names(tmp_path, "pkg/mod.py") == []  # a star import: unknowable
+    (tmp_path / "pkg" / "mod.py").write_text("def __getattr__(name):\n    return 1\n")
+    assert missing_names(tmp_path, "pkg/mod.py") == []
+    (tmp_path / "pkg" / "sub.py").write_text("")
+    (tmp_path / "top.py").write_text("from pkg import sub, absent\n")
+    assert [m.names for m in missing_names(tmp_path, "pkg/__init__.py")] == [("absent",)]
+
+
+def test_a_snippet_that_is_not_applied_goes_back_unless_it_quotes(git_repo):
+    long = "".join(f"def f{i}():\n    return {i}\n\n\n" for i in range(6))
+    (git_repo / "big.py").write_text(long)
+    snippet = "big.py\n```python\ndef f9():\n    return 9\n```\n"
+    whole = "big.py\n```python\n" + long + "def f9():\n    return 9\n```\n"
+    model = ScriptedModel([snippet, whole])
+    result = list(conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+                  .send("add f9 to big.py"))[-1]
+    fed = model.seen[1][-1]["content"]
+    assert "was not saved" in fed and "big.py has 3 of the file's 25 lines" in fed
+    assert result.stop_reason == "answered" and "def f9" in (git_repo / "big.py").read_text()
+    quote = "big.py\n```python\ndef f3():\n    return 3\n```\nf3 returns 3."
+    model = ScriptedModel([quote])
+    result = list(conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+                  .send("what does f3 in big.py return?"))[-1]
+    assert len(model.seen) == 1 and result.stop_reason == "answered"
+
+
+def test_feedback_names_the_lines_and_is_not_fenced(tmp_path):
+    from agent.core.checks import Outcome, feedback
+
+    (tmp_path / "a.py").write_text("def f():\n    return n\n")
+    out = Outcome("ruff", "ruff check a.py", False, "a.py:2:12: F821 Undefined name `n`")
+    text = feedback(out, tmp_path, whole_files=True)
+    assert "a.py:2:     return n" in text and "```" not in text
+    assert text.endswith("whole corrected file in one code block.")
+    assert feedback(out, tmp_path).endswith("Fix the code.")
+
+
+def test_a_file_written_out_again_unchanged_is_pointed_out_once(git_repo):
+    """A model told its code fails that writes the same file out again changed nothing; a
+    first quote of a file (an answer about it) is not pointed out."""
+    same = "calc.py\n```python\n" + (git_repo / "calc.py").read_text() + "```\n"
+    changed = same.replace("a - b", "b - a")
+    model = ScriptedModel([same, "Here it is, fixed:\n" + same, changed])
+    cfg = full_auto(edit_format="whole", sandbox="off", resample_temperature=0.7)
+    conv = conversation(git_repo, model, cfg)
+    assert list(conv.send("show calc.py"))[-1].stop_reason == "answered" and len(model.seen) == 1
+    events = list(conv.send("sub is wrong: fix it"))
+    assert "nothing changed" in model.seen[2][-1]["content"]
+    assert events[-1].stop_reason == "answered" and "b - a" in (git_repo / "calc.py").read_text()
+    same = changed
+    model = ScriptedModel([same, same, same, "It needs no change."])
+    conv = conversation(git_repo, model, cfg)
+    list(conv.send("show calc.py"))
+    events = list(conv.send("is sub right?"))
+    assert len(model.seen) == 3 and events[-1].stop_reason == "answered"  # once a message
+    model = ScriptedModel([same, same, "x"])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    list(conv.send("show calc.py"))
+    list(conv.send("is sub right?"))
+    assert len(model.seen) == 2  # off with resampling off (the default)

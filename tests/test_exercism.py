@@ -36,6 +36,7 @@ def test_split_is_fixed_disjoint_and_covers_all():
     here = {e.name for e in exm.load_exercises(ROOT, "all")}
     assert here <= tune | check and (ROOT != FULL or here == tune | check)
     assert set(sp["tune10"]) <= tune and len(sp["tune10"]) == 10
+    assert sp["check20"] == sorted(check)[:20]
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -45,6 +45,26 @@ def test_matches_mlx_attention(heads, kv_heads, dim, q_len, k_len, mask, batch):
     assert mx.abs(got - want).max().item() < 1e-4
 
 
+@pytest.mark.parametrize("q_len,k_len", [(7, 5000), (70, 300)])
+def test_boolean_masks_match_mlx(q_len, k_len, monkeypatch):
+    """A token tree's verify pass (each row sees the prefix and some of the new rows) over
+    many cached keys takes the numpy path and equals MLX's masked attention."""
+    import numpy as np
+
+    q, k, v = _qkv(14, 2, 64, q_len, k_len, seed=2)
+    rng = np.random.default_rng(0)
+    allowed = np.ones((q_len, k_len), dtype=bool)
+    allowed[:, k_len - q_len:] = rng.random((q_len, q_len)) < 0.4
+    allowed[:, k_len - q_len:] |= np.eye(q_len, dtype=bool)
+    mask = mx.array(allowed)
+    want = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask=mask)
+    assert attention.applies(q, k, None, mask, None)
+    monkeypatch.setattr(base, "scaled_dot_product_attention",
+                        lambda *a, **kw: pytest.fail("MLX path used"))
+    got = attention.scaled_dot_product_attention(q, k, v, None, scale=0.125, mask=mask)
+    assert mx.abs(got - want).max().item() < 1e-4
+
+
 def test_strided_cache_views_are_read_correctly():
     """Keys arrive as slices of the KV cache's larger buffer (not contiguous)."""
     q, k, v = _qkv(9, 3, 64, 100, 512, seed=1)
@@ -68,8 +88,8 @@ def test_other_calls_keep_mlx_path(case, monkeypatch):
     cache, mask, sinks = None, "causal", None
     if case in ("decode", "verify"):
         q = q[:, :, : (1 if case == "decode" else attention.MIN_QUERIES - 1)]
-    elif case == "array_mask":
-        mask = base.create_causal_mask(128)
+    elif case == "array_mask":  # additive: MLX's (boolean masks take the numpy path)
+        mask = mx.where(base.create_causal_mask(128), 0.0, -mx.inf)
     elif case == "sinks":
         sinks = mx.zeros((9,))
     elif case == "quantized":

@@ -59,7 +59,7 @@ def test_resampling_is_bounded_and_can_be_off(git_repo):
     conv = conversation(git_repo, model, full_auto(edit_format="whole", resample_temperature=0))
     list(conv.send("change add"))
     list(conv.send("again"))
-    assert model.temps == [0.0, 0.0]
+    assert model.temps == [0.0, 0.0]  # no resampling, and no pointing out
 
 
 def test_a_looping_reply_is_sampled_again(git_repo):

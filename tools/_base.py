@@ -44,6 +44,9 @@ class ToolContext:
     # untracked files over this many bytes (the snapshot size cap: no undo could bring them
     # back) stay read-only to sandboxed commands; 0 = none
     keep_unsaved_over: int = 0
+    # tokens of repository map a conversation's first message may carry (agent/core/repomap.py,
+    # the `repo_map_tokens` config key); 0 = none
+    repo_map_tokens: int = 0
 
 
 @dataclass(frozen=True)

@@ -30,7 +30,7 @@ class PlannedEdit:
         return "".join(difflib.unified_diff(old, new, f"a/{self.path}", f"b/{self.path}", n=context))
 
 
-def _read(full: Path, path: str) -> str | None:
+def read_existing(full: Path, path: str) -> str | None:
     """The text of an existing file (None when there is none); PathError for what cannot be edited."""
     if not full.exists():
         return None
@@ -50,7 +50,7 @@ def plan(root: Path, name: str, arguments: dict[str, Any]) -> PlannedEdit:
     path = str(arguments.get("path", ""))
     try:
         full = confine(root, path)
-        old = _read(full, path)
+        old = read_existing(full, path)
     except PathError as e:
         return PlannedEdit(path, None, None, None, str(e))
     if name == "write_file":
@@ -65,7 +65,7 @@ def _line_of(text: str, index: int) -> int:
     return text.count("\n", 0, index) + 1
 
 
-def _closest(text: str, old: str) -> str:
+def closest(text: str, old: str) -> str:
     """The file lines that look most like `old`, with their line numbers."""
     lines = text.splitlines()
     want = old.strip("\n").splitlines() or [old]
@@ -101,7 +101,7 @@ def apply_edits(text: str, edits: list[dict], path: str) -> tuple[str | None, st
         found = occurrences(text, old)
         count = len(found)
         if count == 0:
-            return None, f"{which}: `old` text not found in {path}; {_closest(text, old)}"
+            return None, f"{which}: `old` text not found in {path}; {closest(text, old)}"
         if count > 1:
             lines = ", ".join(str(_line_of(text, at)) for at in found[:10])
             more = "+" if count == 1000 else ""

@@ -11,6 +11,11 @@ file name that only one repository file has). The files' contents follow the mes
 `<file path="...">` blocks, so the model starts from the text it is asked to change instead of
 having to read it first.
 
+When the repository has more files than the listing names or more source text than a message
+could attach, the first message also carries a repository map (agent/core/repomap.py): the
+definitions in the files most relevant to the message, at most `repo_map_tokens` tokens
+(ToolContext.repo_map_tokens, from the config; 0 = none).
+
 Only files git lists (ignored files are not attached) are considered. A file is read under the
 same confinement and special-file rules as the read_file tool (nothing outside the repository,
 never a FIFO or device), binary files are skipped, and a big file is read only as far as is
@@ -37,8 +42,8 @@ MAX_SYMBOLS = 6  # code names looked up per message
 MAX_SCANNED = 400  # files searched for them
 MAX_HITS = 24  # lines shown
 # What the agent adds after the text a person typed, in this order.
-ADDED = ("\n\nFiles in the repository:", "\n\nWhere the names in the message occur:",
-         "\n\nAttached files:")
+ADDED = ("\n\nFiles in the repository:", "\n\nRepository map (",
+         "\n\nWhere the names in the message occur:", "\n\nAttached files:")
 
 
 def repo_files(ctx: Any) -> list[str]:
@@ -53,14 +58,16 @@ def attach_mentions(text: str, ctx: Any, plain: bool = False,
     """`text` with the contents of every `@path` naming a repository file appended (and, with
     `plain`, of every repository file the text names without `@`, and the lines and files
     where its code names occur); returns (message, attached paths). A file already attached to
-    `text` is not attached again. `listing`: the repository's files are listed between the
-    text and the attachments (a conversation's first message)."""
+    `text` is not attached again. `listing`: the repository's files are listed (and, when
+    `too_big`, mapped: agent/core/repomap.py) between the text and the attachments (a
+    conversation's first message)."""
     files = repo_files(ctx)
     known = set(files)
     explicit = [m.group(1).rstrip(".,;:") for m in MENTION.finditer(text)]
     wanted = [p for p in explicit if p in known]
-    preface = [file_listing(files)] if listing and files else []
+    preface = []
     found: dict[str, str] = {}  # files read while looking up names: path -> text
+    named: list[str] = []
     if plain:
         named = _named(text, files, known)
         # Names are looked up in the files the message does not name (those come whole).
@@ -68,7 +75,7 @@ def attach_mentions(text: str, ctx: Any, plain: bool = False,
         hits, found = symbol_hits(ctx.root, others, symbols(text))
         wanted += list(dict.fromkeys(named + list(found)))[:MAX_MENTIONED]
         if hits:
-            preface.append(ADDED[1].strip() + "\n" + "\n".join(hits))
+            preface.append(ADDED[2].strip() + "\n" + "\n".join(hits))
     attached, blocks, total = [], [], 0
     for path in dict.fromkeys(wanted):
         if f'<file path="{path}">' in text:
@@ -81,10 +88,41 @@ def attach_mentions(text: str, ctx: Any, plain: bool = False,
         total += len(content) if path not in explicit else 0
         attached.append(path)
         blocks.append(f'<file path="{path}">\n{content}\n</file>')
+    if listing and files:
+        budget = int(getattr(ctx, "repo_map_tokens", 0) or 0)
+        shown = {*attached, *ATTACHED.findall(text)}  # their whole text is in the message
+        outline = ""
+        if budget > 0 and too_big(ctx.root, files):
+            from .repomap import repo_map
+
+            typed = typed_text(text)
+            outline = repo_map(ctx.root, files, typed, budget, names=symbols(typed),
+                               named=[p for p in [*explicit, *named] if p in known], exclude=shown)
+        preface[:0] = [file_listing(files), *([outline] if outline else [])]
     text = "\n\n".join([text, *preface])
     if not blocks:
         return text, []
-    return text + ADDED[2] + "\n" + "\n".join(blocks), attached
+    return text + ADDED[3] + "\n" + "\n".join(blocks), attached
+
+
+def too_big(root: Path, files: list[str]) -> bool:
+    """Whether repository `files` are more than a first message shows: more files than the
+    listing names, or more source text (the files a repository map outlines, by size on
+    disk) than the files attached to one message may hold."""
+    from .repomap import LANGUAGES
+
+    if len(files) > MAX_LISTED:
+        return True
+    total = 0
+    for f in files:
+        if os.path.splitext(f)[1] in LANGUAGES:
+            try:
+                total += os.lstat(root / f).st_size
+            except OSError:
+                continue
+            if total > MAX_MENTIONED_CHARS:
+                return True
+    return False
 
 
 def typed_text(message: str) -> str:

@@ -5,6 +5,8 @@ check, the conversation runs, in order:
 - `syntax`: each edited `.py` file compiled (`compile()`, as `py_compile` does; nothing runs);
 - `ruff`: `ruff check` with only the rules for errors that stop a program (syntax, undefined
   names; Aider's fatal flake8 set) on those files, when `ruff` is installed;
+- `names`: the names the repository's other Python files import from each edited module that
+  it no longer defines (core/pynames.py; nothing runs);
 - `lint`: the configured `lint_cmd`, with the edited files appended;
 - `test`: the configured `test_cmd`.
 The last two run through the `run_shell` tool (the sandbox and its time limit apply). The
@@ -15,6 +17,7 @@ may not come from a repository's own config (they run commands). Nothing here re
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -28,7 +31,7 @@ MAX_FEEDBACK_CHARS = 3000
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: str  # syntax | ruff | lint | test
+    kind: str  # syntax | ruff | names | lint | test
     command: str
     ok: bool
     output: str
@@ -72,6 +75,18 @@ def ruff(paths: list[str], root: Path, timeout_s: float = 30.0) -> Outcome | Non
     return Outcome("ruff", shown, p.returncode == 0, out)
 
 
+def names(paths: list[str], root: Path) -> Outcome:
+    """The names other files import from the edited modules that these no longer define."""
+    from .pynames import missing_names
+
+    lines = []
+    for p in paths:
+        for m in missing_names(root, p):
+            listed = ", ".join(f"`{n}`" for n in m.names)
+            lines.append(f"{p} does not define {listed}, which {m.importer} imports from it")
+    return Outcome("names", "imports of " + " ".join(paths), not lines, "\n".join(lines))
+
+
 def shell(kind: str, command: str, ctx: Any) -> Outcome:
     """A configured command through the run_shell tool (sandbox and time limit apply)."""
     from tools import call_tool
@@ -95,6 +110,10 @@ def run_checks(cfg: Any, edited: list[str], ctx: Any):
             yield out
             if not out.ok:
                 return
+        out = names(py, root)
+        if not out.ok:  # (shown only when it fails: most modules have no importers)
+            yield out
+            return
     present = [p for p in dict.fromkeys(edited) if (root / p).is_file()]
     if cfg.auto_lint and cfg.lint_cmd and present:
         out = shell("lint", f"{cfg.lint_cmd} " + " ".join(_quote(p) for p in present), ctx)
@@ -111,12 +130,45 @@ def _quote(path: str) -> str:
     return shlex.quote(path)
 
 
-def feedback(out: Outcome) -> str:
-    """The user message that gives a failed check back to the model."""
+def feedback(out: Outcome, root: Path | None = None, whole_files: bool = False) -> str:
+    """The user message that gives a failed check back to the model: what failed, its output
+    (not fenced: a small model copies a fenced block back as if it were the file), the source
+    lines a syntax or ruff report names, and how to reply (`whole_files`: the "whole" edit
+    format, where a fix is the whole file again)."""
     text = out.output.strip()
     if len(text) > MAX_FEEDBACK_CHARS:
         text = text[: MAX_FEEDBACK_CHARS // 2] + "\n...\n" + text[-MAX_FEEDBACK_CHARS // 2:]
     what = {"syntax": "The file you wrote does not compile",
             "ruff": "The linter found errors in the code you wrote",
+            "names": "Other files import names your edit removed",
             "lint": "The lint command failed", "test": "The tests failed"}[out.kind]
-    return f"{what} (`{out.command}`):\n```\n{text}\n```\nFix the code."
+    parts = [f"{what} (`{out.command}`):", text]
+    named = _named_lines(text, root) if root is not None and out.kind in ("syntax", "ruff") else ""
+    if named:
+        parts += ["", "The lines it names:", named]
+    if out.kind == "names":
+        parts += ["", "Keep every function and class that other files use."]
+    parts += ["", "Fix the code: reply with the file's path on one line and then the whole "
+              "corrected file in one code block." if whole_files else "Fix the code."]
+    return "\n".join(parts)
+
+
+LOCATION = re.compile(r'^(?:File "([^"]+)", line (\d+)|([^\s:]+\.py):(\d+):\d+:)', re.M)
+MAX_NAMED_LINES = 8
+
+
+def _named_lines(report: str, root: Path) -> str:
+    """'path:N: text' for the first source lines a report names (at most MAX_NAMED_LINES)."""
+    seen: dict[tuple[str, int], str] = {}
+    for m in LOCATION.finditer(report):
+        path, line = (m.group(1), m.group(2)) if m.group(1) else (m.group(3), m.group(4))
+        key = (path, int(line))
+        if key in seen or len(seen) >= MAX_NAMED_LINES:
+            continue
+        try:
+            text = (root / path).read_text(encoding="utf-8").split("\n")
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue
+        if 1 <= key[1] <= len(text):
+            seen[key] = f"{path}:{key[1]}: {text[key[1] - 1].rstrip()}"
+    return "\n".join(seen.values())

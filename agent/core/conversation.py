@@ -38,7 +38,9 @@ from .callformat import ParsedCall, format_result, parse_calls, strip_calls
 from .preview import approval_request, scope_keys
 from .attach import ATTACHED, attach_mentions
 from .prompt import system_prompt
-from .wholefile import judge, parse_blocks
+from .searchreplace import FIX_HOW, apply_edits, is_edit_fence, parse_edits, whole_fixes, whole_verdict
+from .wholefile import judge, parse_blocks, quotes
+from ..choices import BLOCK_EDIT_FORMATS
 
 
 Model = Backend  # what the conversation talks to: any agent.core.backend.Backend
@@ -84,6 +86,13 @@ ERROR_STOPS = ("error", "approval_required", "cancelled", "repetition", "max_tur
 MAX_STOP_HOOK_TURNS = 3  # a Stop hook may send the model back at most this often per message
 CUT_SHORT = ("cancelled", "repetition")  # turns stopped mid-way: a half-written call is dropped
 NOT_RUN = "not run: the user cancelled before this call"
+REFUSED = ("Your code block was not saved:\n{why}\n\nTo change a file, reply with its path on one "
+           "line and then the complete new file in one code block: every line of it, the "
+           "unchanged ones too.")
+REFUSED_EDIT = "Your code was not applied:\n{why}\n\n{how}"  # the "diff" and "auto" formats
+UNCHANGED = ("The code you wrote for {files} is the file exactly as it already is, so nothing "
+             "changed. If the task needs a change, write the whole file again with the change "
+             "made; if it needs none, say so in one line, without a code block.")
 REPEATED = ("Your reply is word for word the same as your earlier one, so it changes nothing. "
             "Read the message before it again and write a different reply.")
 
@@ -101,8 +110,11 @@ class _Run:
     stop_hook_turns: int = 0  # times a Stop hook kept the model going
     edited: list[str] = field(default_factory=list)  # files changed since the last check
     fix_rounds: int = 0  # failed checks fed back to the model
+    refused: list[str] = field(default_factory=list)  # why code blocks of the last reply were not applied
+    unchanged: list[str] = field(default_factory=list)  # files the last reply wrote out again, unchanged
+    changed_any: bool = False  # an edit of this message applied
     repeated: bool = False  # the last reply still repeats an earlier one (core/resample.py)
-    nudged: bool = False  # ... and the model was told so
+    nudged: bool = False  # ... and the model was told so (or that its file changed nothing)
 
 
 class Conversation:
@@ -201,7 +213,7 @@ class Conversation:
                 yield from self._finish(run, "repetition", "the model kept repeating itself; "
                                         "the turn was stopped")
                 return
-            if not calls and not cut and self.cfg.edit_format == "whole":
+            if not calls and not cut and self.cfg.edit_format in BLOCK_EDIT_FORMATS:
                 stop = yield from self._apply_blocks(run, reply, text)
                 if stop:
                     yield from self._finish(run, "approval_required", stop)
@@ -229,6 +241,20 @@ class Conversation:
             run.nudged = True  # once per message: say so, and let it try again
             yield Warning("the reply repeats an earlier one word for word; asking for another")
             return REPEATED
+        refused, run.refused = run.refused, []
+        if refused and run.fix_rounds < self.cfg.max_fix_rounds:
+            run.fix_rounds += 1  # a refused block counts as a failed check of the reply
+            if self.cfg.edit_format in FIX_HOW:
+                return REFUSED_EDIT.format(why="\n".join(refused), how=FIX_HOW[self.cfg.edit_format])
+            return REFUSED.format(why="\n".join(refused))
+        unchanged, run.unchanged = run.unchanged, []
+        # At temperature 0 the 0.5B wrote the same file again after being told (4 of 4 times
+        # measured), so this is part of resampling: told once, and a repeat is sampled again.
+        if (unchanged and not run.changed_any and not run.nudged
+                and self.cfg.resample_temperature > 0 and self.cfg.max_fix_rounds > 0):
+            run.nudged = True  # once per message (as the repeat above)
+            yield Warning(f"the reply wrote {', '.join(unchanged)} out unchanged; asking once more")
+            return UNCHANGED.format(files=", ".join(unchanged))
         if run.edited:
             note = yield from self._checks(run)
             if note:
@@ -303,24 +329,55 @@ class Conversation:
         return view
 
     def _apply_blocks(self, run: _Run, reply: str, message: str) -> Iterator[Event]:
-        """The "whole" edit format: write the files the reply gives in full (as write_file
-        calls, so approvals, snapshots and commits apply); returns '' or an approval stop.
-        Their results are shown, not added to the history: the reply itself records the
-        change, and the next message starts from the files as they now are."""
+        """The code-block edit formats: write the files the reply gives in full and, in
+        "diff" and "auto", apply its search/replace blocks (core/searchreplace.py), as
+        write_file calls, so approvals, snapshots and commits apply; returns '' or an
+        approval stop. Their results are shown, not added to the history: the reply itself
+        records the change, and the next message starts from the files as they now are. Why
+        a block was not applied goes back to the model (`run.refused`)."""
         calls = []
         attached = list(dict.fromkeys(ATTACHED.findall(message)))
         default = attached[0] if len(attached) == 1 else ""
-        for block in parse_blocks(strip_calls(reply), default):
-            verdict = judge(block, self.root)
+        text, fmt = strip_calls(reply), self.cfg.edit_format
+        edited: set[str] = set()
+        if fmt != "whole":
+            edits, malformed = parse_edits(text, default)
+            problems = list(malformed)
+            for fe in apply_edits(edits, self.root, attached):
+                problems += fe.problems
+                if fe.content is not None:
+                    edited.add(fe.path)
+                    calls.append(ParsedCall("write_file", {"path": fe.path, "content": fe.content}))
+            for why in problems:
+                yield Warning(why)
+            run.refused += problems
+        skip = is_edit_fence if fmt != "whole" else None
+        for block in parse_blocks(text, default, skip):
+            if block.path in edited:  # the reply's edit blocks for it win
+                continue
+            verdict = judge(block, self.root) if fmt == "whole" else whole_verdict(block, self.root, fmt)
             if verdict == "same":
+                # (UNCHANGED asks for the whole file again, which "diff" does not take)
+                if fmt != "diff" and self._wrote_before(block.content):
+                    run.unchanged.append(block.path)
                 continue
             if verdict:
                 yield Warning(verdict)
+                if not quotes(block, self.root):
+                    run.refused.append(verdict)
                 continue
             calls.append(ParsedCall("write_file", {"path": block.path, "content": block.content}))
         if not calls:
             return ""
         return (yield from self._run_calls(run, calls, record=False))
+
+    def _wrote_before(self, content: str) -> bool:
+        """Did an assistant message before the last one already write out `content`? (A
+        model that writes out a file it wrote before, after being told it fails, is stuck;
+        a first quote of a file is a fair answer.)"""
+        body = content.strip("\n")
+        return bool(body) and any(m["role"] == "assistant" and body in m["content"]
+                                  for m in self.messages[:-1])
 
     def _run_calls(self, run: _Run, calls: list[ParsedCall], record: bool = True) -> Iterator[Event]:
         """Run a turn's calls; returns '' or the approval problem that stops the message.
@@ -342,6 +399,7 @@ class Conversation:
                 results.append(format_result(call.name, result))
                 changed += result.changed
                 run.edited += result.changed
+                run.changed_any = run.changed_any or bool(result.changed)
         finally:
             yield from self._commit(changed, run)
         if not stop and record:
@@ -426,7 +484,8 @@ class Conversation:
             yield CheckRun(out.kind, out.command, out.ok, out.output, run.fix_rounds + 1, back)
             if not out.ok:
                 run.fix_rounds += back
-                return feedback(out) if back else ""
+                whole = whole_fixes(self.cfg.edit_format, edited, self.root)
+                return feedback(out, self.root, whole) if back else ""
         return ""
 
     def _snapshot(self, call: ParsedCall) -> str:

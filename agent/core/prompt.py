@@ -12,7 +12,9 @@ from pathlib import Path
 
 from tools import TOOLS
 
+from ..choices import BLOCK_EDIT_FORMATS
 from .callformat import CLOSE, OPEN
+from .searchreplace import AUTO_LINES
 
 MAX_AGENTS_MD = 4000
 
@@ -21,9 +23,9 @@ WHOLE_FILE_TOOLS = ("edit_file", "write_file")  # not offered when files change 
 
 
 def tools_for(edit_format: str) -> dict:
-    """The tools the model is offered: in the "whole" edit format files change through code
-    blocks in the reply, so edit_file and write_file are left out."""
-    if edit_format != "whole":
+    """The tools the model is offered: in the "whole", "diff" and "auto" edit formats files
+    change through code blocks in the reply, so edit_file and write_file are left out."""
+    if edit_format not in BLOCK_EDIT_FORMATS:
         return dict(TOOLS)
     return {name: tool for name, tool in TOOLS.items() if name not in WHOLE_FILE_TOOLS}
 
@@ -31,9 +33,10 @@ def tools_for(edit_format: str) -> dict:
 def system_prompt(root: Path, native_tools: bool = False, edit_format: str = "tool") -> str:
     """`native_tools`: the backend gives the model the tool schemas in the model's own tool
     format (its chat template or a server's `tools` parameter), so they are not listed here.
-    `edit_format`: "tool" (edit_file / write_file calls) or "whole" (see core/wholefile.py)."""
-    if edit_format == "whole":
-        lines = _whole_file_rules(native_tools)
+    `edit_format`: "tool" (edit_file / write_file calls), "whole" (see core/wholefile.py),
+    "diff" or "auto" (core/searchreplace.py)."""
+    if edit_format in BLOCK_EDIT_FORMATS:
+        lines = _whole_file_rules(native_tools, edit_format)
     else:
         lines = _tool_edit_rules(native_tools)
     if not native_tools:
@@ -70,23 +73,40 @@ def _tool_edit_rules(native_tools: bool) -> list[str]:
     return lines
 
 
-def _whole_file_rules(native_tools: bool) -> list[str]:
+WHOLE_EXAMPLE = ["util.py", "```python", "def f(x):", '    """Return x doubled."""',
+                 "    return 2 * x", "```"]
+DIFF_EXAMPLE = ["util.py", "```python", "<<<<<<< SEARCH", "def f(x):", "    return 2 * x",
+                "=======", "def f(x):", '    """Return x doubled."""', "    return 2 * x",
+                ">>>>>>> REPLACE", "```"]
+
+
+def _whole_file_rules(native_tools: bool, edit_format: str = "whole") -> list[str]:
+    """How the model changes files in the code-block formats: "whole", "diff" (search/replace
+    blocks) and "auto" (whole files under AUTO_LINES lines, search/replace from there on)."""
     lines = [
         "You are spec-agent, a coding agent working inside a code repository. Paths are "
         "relative to the repository root. Files the user names are attached to the message "
         'between <file path="..."> and </file>.',
         "",
-        "To change or create a file, reply with its path on one line and then the complete new "
-        "file in one code block: every line of it, the unchanged ones too. For example, to add "
-        "a docstring to f in util.py:",
-        "util.py",
-        "```python",
-        "def f(x):",
-        '    """Return x doubled."""',
-        "    return 2 * x",
-        "```",
-        "Then add one line saying what you changed. The file is saved as you write it.",
     ]
+    whole = ("reply with its path on one line and then the complete new file in one code "
+             "block: every line of it, the unchanged ones too.")
+    diff = ("reply with its path on one line and then a code block of SEARCH/REPLACE blocks: "
+            "SEARCH copies the lines to change exactly as they are in the file (a few lines, "
+            "enough to match one place), REPLACE is what they become.")
+    if edit_format == "whole":
+        lines += ["To change or create a file, " + whole + " For example, to add a docstring "
+                  "to f in util.py:", *WHOLE_EXAMPLE]
+    elif edit_format == "diff":
+        lines += ["To change a file, " + diff + " For example, to add a docstring to f in "
+                  "util.py:", *DIFF_EXAMPLE,
+                  "To create a file, leave SEARCH empty."]
+    else:
+        lines += [f"To change a file of under {AUTO_LINES} lines, or to create a file, " + whole
+                  + f" To change a file of {AUTO_LINES} lines or more, " + diff + " For "
+                  "example, to add a docstring to f in util.py, a file of 400 lines:",
+                  *DIFF_EXAMPLE]
+    lines += ["Then add one line saying what you changed. The file is saved as you write it."]
     if not native_tools:
         lines += ["", "To read a file that is not attached, or to search, call a tool; write "
                   "exactly one call and then stop:",

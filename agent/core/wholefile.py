@@ -17,7 +17,8 @@ prompt lookup drafts the unchanged lines from the attached copy, so they cost li
 A block is applied as a write_file call (same approvals, snapshot, confinement and commit),
 except: a block identical to the file (a quote, not a change) and, for an existing file of at
 least `MIN_LINES` lines, a block with under half its lines (a snippet, not the whole file)
-are not applied; the latter is reported.
+are not applied; the latter is reported (and, unless the block only quotes the file's own
+lines, the model is told, see `quotes`).
 """
 
 from __future__ import annotations
@@ -79,15 +80,21 @@ def _fits(language: str, path: str) -> bool:
     return exts is None or any(path.endswith(e) for e in exts)
 
 
-def parse_blocks(text: str, default: str = "") -> list[FileBlock]:
-    """Every whole-file block in a reply, in order (a later block for a path wins). A code
-    block without a path is taken for `default` (the one file attached to the message), if
-    given and if it is the reply's only code block without one."""
-    out: dict[str, str] = {}
-    for m in FILE_BLOCK.finditer(text):
-        out[m.group(1).removeprefix("./")] = m.group(2) + "\n"
+@dataclass(frozen=True)
+class Fence:
+    """A closed fenced code block of a reply: the fence's info string, the path it is named
+    by (the info string's, else one of the two lines above it; '' for none) and its body."""
+
+    info: str
+    path: str
+    body: str
+
+
+def fences(text: str) -> list[Fence]:
+    """The reply's closed code blocks, in order; an unclosed one (a reply cut short) and any
+    after it are left out, so they are never applied."""
+    out: list[Fence] = []
     lines = text.split("\n")
-    unnamed: list[tuple[str, str]] = []  # (fence language, body) of blocks without a path
     i = 0
     while i < len(lines):
         m = FENCE.match(lines[i].strip())
@@ -98,17 +105,32 @@ def parse_blocks(text: str, default: str = "") -> list[FileBlock]:
         end = next((j for j in range(i + 1, len(lines))
                     if lines[j].strip().startswith(fence[0] * len(fence))
                     and not lines[j].strip().strip(fence[0])), None)
-        if end is None:  # an unclosed block (a reply cut short) is never applied
+        if end is None:
             break
         path = _info_path(info) or next(
             (_path_in(lines[j]) for j in range(i - 1, max(i - 3, -1), -1) if lines[j].strip()), "")
         body = "\n".join(lines[i + 1 : end])
-        body = body + "\n" if body else ""
-        if path:
-            out[path] = body
-        else:
-            unnamed.append((info.strip().split(" ")[0].lower(), body))
+        out.append(Fence(info, path, body + "\n" if body else ""))
         i = end + 1
+    return out
+
+
+def parse_blocks(text: str, default: str = "", skip=None) -> list[FileBlock]:
+    """Every whole-file block in a reply, in order (a later block for a path wins). A code
+    block without a path is taken for `default` (the one file attached to the message), if
+    given and if it is the reply's only code block without one. `skip(fence)`: fences that
+    are not whole-file blocks (e.g. search/replace edits), left out first."""
+    out: dict[str, str] = {}
+    for m in FILE_BLOCK.finditer(text):
+        out[m.group(1).removeprefix("./")] = m.group(2) + "\n"
+    unnamed: list[tuple[str, str]] = []  # (fence language, body) of blocks without a path
+    for f in fences(text):
+        if skip is not None and skip(f):
+            continue
+        if f.path:
+            out[f.path] = f.body
+        else:
+            unnamed.append((f.info.strip().split(" ")[0].lower(), f.body))
     if default and len(unnamed) == 1 and default not in out and _fits(unnamed[0][0], default):
         out[default] = unnamed[0][1]
     return [FileBlock(p, c) for p, c in out.items()]
@@ -135,3 +157,16 @@ def judge(block: FileBlock, root: Path) -> str:
         return (f"the code block for {block.path} has {new_lines} of the file's {old_lines} "
                 "lines: not applied (write the whole file to change it)")
     return ""
+
+
+def quotes(block: FileBlock, root: Path) -> bool:
+    """Is every non-blank line of the block a line of the file as it is (a quote, e.g. in an
+    answer about the code, rather than a change written as a snippet)?"""
+    from tools._paths import PathError, confine
+
+    try:
+        old = confine(root, block.path).read_text(encoding="utf-8")
+    except (PathError, OSError, UnicodeDecodeError, ValueError):
+        return False
+    have = {line.strip() for line in old.split("\n")}
+    return all(line.strip() in have for line in block.content.split("\n"))

@@ -9,8 +9,9 @@ result back as an MLX array. Each task runs single-threaded BLAS on its own work
 2-thread BLAS barrier stalls for whole scheduler slices when other processes hold the cores.
 
 Scope: the CPU device only, query blocks of at least `MIN_QUERIES` rows (prefill chunks),
-float32, no mask or the "causal" mask, no attention sinks, no quantized KV cache. Everything
-else (decode steps, verify passes, GPUs, array masks) goes to mlx-lm's own function.
+float32, no mask, the "causal" mask or a boolean (queries, keys) mask (a token tree's verify
+pass), no attention sinks, no quantized KV cache. Everything else (decode steps, short verify
+passes, GPUs, additive masks) goes to mlx-lm's own function.
 It does not handle the whole model's prefill: only the attention inside it.
 
 `install(model)` routes an mlx-lm model module's attention through `scaled_dot_product_attention`
@@ -56,9 +57,15 @@ def applies(queries: mx.array, keys: mx.array, cache: Any, mask: Any, sinks: Any
         and queries.dtype == mx.float32
         and keys.dtype == mx.float32
         and sinks is None
-        and (mask is None or (isinstance(mask, str) and mask == "causal"))
+        and (mask is None or (isinstance(mask, str) and mask == "causal")
+             or _boolean_mask(mask, queries.shape[2], keys.shape[2]))
         and _on_cpu()
     )
+
+
+def _boolean_mask(mask: Any, queries: int, keys: int) -> bool:
+    return (isinstance(mask, mx.array) and mask.dtype == mx.bool_
+            and tuple(mask.shape) == (queries, keys))
 
 
 def scaled_dot_product_attention(
@@ -72,6 +79,8 @@ def scaled_dot_product_attention(
 ) -> mx.array:
     """Drop-in for `mlx_lm.models.base.scaled_dot_product_attention`."""
     if applies(queries, keys, cache, mask, sinks):
+        if isinstance(mask, mx.array):
+            return prefill_attention(queries, keys, values, scale, causal=False, allowed=mask)
         return prefill_attention(queries, keys, values, scale, causal=mask is not None)
     return _base.scaled_dot_product_attention(
         queries, keys, values, cache, scale=scale, mask=mask, sinks=sinks
@@ -79,15 +88,18 @@ def scaled_dot_product_attention(
 
 
 def prefill_attention(
-    queries: mx.array, keys: mx.array, values: mx.array, scale: float, causal: bool
+    queries: mx.array, keys: mx.array, values: mx.array, scale: float, causal: bool,
+    allowed: mx.array | None = None,
 ) -> mx.array:
     """softmax(scale * Q K^T [+ causal mask]) V for (B, H, L, D) queries, (B, H_kv, S, D) keys.
 
     The causal mask is aligned to the end, like MLX's "causal": query i sees keys up to
-    S - L + i (the cache holds S - L earlier tokens). Evaluates its inputs, so it cannot run
+    S - L + i (the cache holds S - L earlier tokens). `allowed` (bool (L, S), with causal
+    False): query i sees the keys where row i is True. Evaluates its inputs, so it cannot run
     inside `mx.compile`.
     """
     q, k, v = np.asarray(queries), np.asarray(keys), np.asarray(values)
+    hidden = None if allowed is None else ~np.asarray(allowed)
     B, H, L, _ = q.shape
     kv_heads, S = k.shape[1], k.shape[2]
     if H % kv_heads or (causal and S < L):
@@ -102,7 +114,8 @@ def prefill_attention(
         b, g, s0, n = task
         _attend_block(q[b, g * rep:(g + 1) * rep, s0:s0 + n], k[b, g], v[b, g],
                       out[b, g * rep:(g + 1) * rep, s0:s0 + n],
-                      scale, (S - L + s0) if causal else None)
+                      scale, (S - L + s0) if causal else None,
+                      None if hidden is None else hidden[s0:s0 + n])
 
     pool = _pool()
     if pool is None or len(tasks) == 1:
@@ -115,11 +128,12 @@ def prefill_attention(
 
 
 def _attend_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarray,
-                  scale: float, past: int | None) -> None:
+                  scale: float, past: int | None, hidden: np.ndarray | None = None) -> None:
     """Attention of rep query heads (rep, n, D) sharing one KV head; writes `out` (rep, n, Dv).
 
     `past`: with a causal mask, the keys before the block's diagonal, which every row sees
-    (row r sees `past + r + 1` keys); None: no mask, every row sees all keys.
+    (row r sees `past + r + 1` keys); None: every row sees all keys but those `hidden`
+    (bool (n, keys)) marks.
     """
     rep, n, d = q.shape
     seen = k.shape[0] if past is None else past + n  # keys some row of this block sees
@@ -130,6 +144,8 @@ def _attend_block(q: np.ndarray, k: np.ndarray, v: np.ndarray, out: np.ndarray,
     np.matmul(qs.reshape(rep * n, d), k[:seen].T, out=scores)
     if past is not None:  # the last n keys form the triangle
         scores.reshape(rep, n, seen)[:, :, seen - n:] += _triangle(n)
+    elif hidden is not None:
+        scores.reshape(rep, n, seen)[:, hidden] = -np.inf
     np.subtract(scores, scores.max(axis=1, keepdims=True), out=scores)
     np.exp(scores, out=scores)
     total = scores.sum(axis=1, keepdims=True)

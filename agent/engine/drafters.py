@@ -21,8 +21,10 @@ from .cache import ModelCache
 from .draft_head import RestrictedHead
 from .loading import LoadedModel
 from .sampling import SamplingParams, apply_mask, apply_penalty, log_probs, penalized_ids
-from .step import TokenConstraint, common_prefix, forward, prefill
+from .step import TokenConstraint, common_prefix, fit_width, forward, prefill
 from .suffix import SuffixIndex
+from .tree import TokenTree, TreeShape, compact, supports_tree
+from .tree_draft import model_tree
 
 
 @dataclass
@@ -32,6 +34,8 @@ class Draft:
     # proposal (point mass), as for lookup or greedy drafting.
     logq: mx.array | None = None
     source: TokenSource = "draft"
+    # Several candidates as a tree (node 0 the pending token); `tokens` is then its main line.
+    tree: TokenTree | None = None
 
 
 class Drafter(Protocol):
@@ -63,6 +67,8 @@ class DraftModel:
         # history (None: the full head, or a model class the restricted head does not fit).
         self.head = RestrictedHead.build(lm.model, draft_vocab, self.vocab_limit)
         self.scanned = 0  # history[:scanned] has had its ids added to the head
+        # After a tree round: (the tree, draft cache row of each node fed, len(history)).
+        self._tree: tuple[TokenTree, dict[int, int], int] | None = None
 
     @property
     def stops_itself(self) -> bool:
@@ -70,10 +76,12 @@ class DraftModel:
         return self.min_confidence > 0
 
     def rewind_to(self, n: int) -> None:
-        # min with len(fed): a round interrupted inside `propose` fed the cache beyond `fed`.
+        # min with len(fed): a round interrupted inside `propose` fed the cache beyond `fed`
+        # (a tree round leaves its nodes' rows beyond `fed` too).
         self.cache.rewind_to(min(n, len(self.fed)))
         del self.fed[self.cache.offset :]
         self.scanned = min(self.scanned, n)
+        self._tree = None
 
     def adopt(self, cache: list, tokens: Sequence[int]) -> None:
         """Continue from `cache`, the KV of `tokens` (e.g. from a PrefixStore), if it fits."""
@@ -129,7 +137,7 @@ class DraftModel:
         With a repetition penalty, `history` + this round's drafts are the tokens before it."""
         width, head, mask = self.vocab_limit, self.head, None
         if constraint is not None:  # checked before feeding, so the cache matches `fed`
-            mask = _fit_width(constraint.masks([int(t.item()) for t in toks])[-1:], width)
+            mask = fit_width(constraint.masks([int(t.item()) for t in toks])[-1:], width)
             if head is not None:
                 mask = head.columns(mask)
                 if not mx.any(mask).item():
@@ -188,6 +196,38 @@ class DraftModel:
             if self.head is not None:  # q = 0 outside the head's ids, at the target's width
                 logq = self.head.widen(logq)
         return Draft(values, logq, "draft")
+
+    def propose_tree(self, history, k, params, constraint, shape: TreeShape) -> Draft:
+        """A tree of up to `shape.nodes` nodes whose main line is k deep
+        (`tree_draft.model_tree`); a chain where there is no room for branches or the model
+        cannot take a tree."""
+        if shape.nodes <= k or not supports_tree(self.lm.model, self.cache.cache):
+            return self.propose(history, k, params, constraint)
+        tree, rows = model_tree(self, history, k, params, constraint, shape)
+        # A chain left its rows as a chain round does (`fed`): nothing to compact.
+        self._tree = None if tree.is_chain() else (tree, rows, len(history))
+        line = tree.spine()
+        logq = None
+        if not params.greedy and line:
+            logq = mx.stack([tree.logq[n] for n in line])
+        return Draft([tree.tokens[n] for n in line], logq, "draft",
+                     None if tree.is_chain() else tree)
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        """After verifying the last tree: keep the history and the accepted path's rows in the
+        draft cache (contiguous, as a chain round leaves them), drop the other nodes' rows."""
+        if self._tree is None:
+            return
+        tree, rows, base = self._tree
+        self._tree = None
+        keep: list[int] = []
+        for node in path[1:]:
+            if node not in rows:  # not fed (a leaf): neither is any node below it
+                break
+            keep.append(rows[node] - base)
+        del self.fed[base:]
+        compact(self.cache.cache, base, keep)
+        self.fed.extend(tree.tokens[n] for n in path[1 : 1 + len(keep)])
 
 
 class PromptLookup:
@@ -331,12 +371,32 @@ class PromptLookup:
         self.last_match = n
         return Draft(cont, None, self.source)
 
+    def propose_tree(self, history, k, params, constraint, shape: TreeShape) -> Draft:
+        return self.branch(self.propose(history, k, params, constraint), history, k,
+                           shape.nodes)
 
-def _fit_width(mask: mx.array, width: int) -> mx.array:
-    """A (1, V') mask cut or padded (with False) to `width` columns."""
-    if mask.shape[-1] >= width:
-        return mask[:, :width]
-    return mx.concatenate([mask, mx.zeros((1, width - mask.shape[-1]), dtype=mx.bool_)], axis=-1)
+    def branch(self, draft: Draft, history: Sequence[int], k: int, budget: int) -> Draft:
+        """`draft` (the match `match` chose) with the continuations of the other occurrences
+        of the longest n-gram ending the history (context first, then the suffix index) as
+        branches, up to `budget` nodes."""
+        if not draft.tokens or budget <= len(draft.tokens):
+            return draft
+        paths = [draft.tokens, *lookup_paths(self.hist, self.index, self.max_n, self.min_n, k)]
+        if self.suffix is not None:
+            paths += self.suffix.continuations(history, k)
+        tree = TokenTree.from_paths(history[-1], paths, budget)
+        return draft if tree.is_chain() else Draft(draft.tokens, None, draft.source, tree)
+
+
+def lookup_paths(hist: Sequence[int], index: dict, max_n: int, min_n: int, k: int,
+                 limit: int = 8) -> list[list[int]]:
+    """Continuations (up to k tokens) of the latest `limit` occurrences of the longest n-gram
+    ending `hist` that `index` holds (n-gram -> positions after it), latest first."""
+    for n in range(min(max_n, len(hist)), min_n - 1, -1):
+        ends = index.get(tuple(hist[-n:]))
+        if ends:
+            return [_continue(hist, e, k) for e in reversed(ends[-limit:])]
+    return []
 
 
 def _continue(seq: Sequence[int], end: int, k: int) -> list[int]:
@@ -374,3 +434,13 @@ class Combined:
         if n >= self.confident_n and cont:
             return Draft(cont, None, self.lookup.source)
         return self.model.propose(history, k, params, constraint)
+
+    def propose_tree(self, history, k, params, constraint, shape: TreeShape) -> Draft:
+        n, cont = self.lookup.match(history, self.lookup_k)
+        if n >= self.confident_n and cont:
+            return self.lookup.branch(Draft(cont, None, self.lookup.source), history,
+                                      self.lookup_k, shape.nodes)
+        return self.model.propose_tree(history, k, params, constraint, shape)
+
+    def keep_path(self, path: Sequence[int]) -> None:
+        self.model.keep_path(path)

@@ -25,6 +25,7 @@ from ..events import SpeculationChanged, TokenSource
 from .drafters import Draft, Drafter
 from .sampling import SamplingParams, apply_mask, log_probs, penalize, sample
 from .step import Batch, TokenConstraint, forward, plain_decode
+from .tree import TreeBudget, TreeShape, verify_tree
 
 
 def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams) -> tuple[int, int]:
@@ -207,9 +208,11 @@ class Speculator:
 
     RECENT_DECAY = 0.9  # per round: the speed comparison looks back ~10 rounds
 
-    def __init__(self, drafter: Drafter, policy: SpecPolicy | None = None):
+    def __init__(self, drafter: Drafter, policy: SpecPolicy | None = None,
+                 tree: TreeBudget | None = None):
         self.drafter = drafter
         self.policy = policy or SpecPolicy()
+        self.tree = tree  # None: chains only; else token trees sized by the verify cost
         self.accepted_per_round: dict[str, _Ema] = {}
         self.spec_tps = _Ema()  # tokens per second while speculating (per round)
         # Rounds' tokens and seconds, each decayed by RECENT_DECAY per round: their ratio is
@@ -536,18 +539,44 @@ class Speculator:
             if hasattr(self.drafter, "lookup_k"):  # Combined: lookup gets its own K
                 self.drafter.lookup_k = self.k_for("lookup")
             k = self.k_for("lookup" if self.drafter.name == "lookup" else "model")
-            draft = self.drafter.propose(history, k, params, constraint)
+            shape = self._tree_shape(session, k)
+            if shape is not None:
+                draft = self.drafter.propose_tree(history, k, params, constraint, shape)
+            else:
+                draft = self.drafter.propose(history, k, params, constraint)
         self.call.draft_s += time.perf_counter() - t_prep
         return draft
 
+    def _tree_shape(self, session, k: int) -> TreeShape | None:
+        """The tree this round may draft; None (a chain of k) unless trees are on, the
+        drafter can branch and the measured verify cost leaves room for more than k nodes."""
+        if self.tree is None or not hasattr(self.drafter, "propose_tree"):
+            return None
+        return self.tree.shape(session.target.model, session.tcache.cache, k)
+
     def _verify(self, session, pending: int, draft: Draft, params,
                 constraint) -> tuple[list[int], int, TokenSource]:
-        """Verify `draft` in one pass; returns (emitted tokens, accepted drafts, where the
-        drafts came from: "draft" for a draft model, "lookup", or "forced" for
-        grammar-determined tokens)."""
+        """Verify `draft` (a chain, or its tree) in one pass; returns (emitted tokens,
+        accepted drafts, where the drafts came from: "draft" for a draft model, "lookup", or
+        "forced" for grammar-determined tokens)."""
         t1 = time.perf_counter()
-        emitted, n = verify_round(session.target.model, session.tcache.cache, pending, draft,
-                                  params, constraint, session.tokens)
+        model, cache = session.target.model, session.tcache.cache
+        path: list[int] = []
+        if draft.tree is not None:
+            assert draft.tree.tokens[0] == pending, "a tree's root is the pending token"
+            emitted, path = verify_tree(model, cache, draft.tree, params, constraint,
+                                        session.tokens)
+            n, drafted = len(path) - 1, draft.tree.nodes
+        else:
+            emitted, n = verify_round(model, cache, pending, draft, params, constraint,
+                                      session.tokens)
+            drafted = len(draft.tokens)
+        seconds = time.perf_counter() - t1
+        if self.tree is not None:  # the cost of a pass of this many positions, measured
+            self.tree.cost.observe(drafted + 1, seconds)
+        keep = getattr(self.drafter, "keep_path", None)
+        if path and keep is not None:  # the draft cache keeps the accepted path only
+            keep(path)
         if constraint is not None:
             constraint.consume(emitted)
         c = self.call
@@ -556,12 +585,12 @@ class Speculator:
             c.forced += n
         elif draft.tokens:  # a miss verified alone is just a plain step, not a round
             c.rounds += 1
-            c.drafted += len(draft.tokens)
+            c.drafted += drafted
             c.accepted += n
             c.k = len(draft.tokens)
             kind = "lookup" if draft.source in ("lookup", "suffix") else "model"
             self.accepted_per_round.setdefault(kind, _Ema()).add(n)
             tally = c.by_source.setdefault(draft.source, [0, 0])
-            tally[0] += len(draft.tokens)
+            tally[0] += drafted
             tally[1] += n
         return emitted, n, draft.source

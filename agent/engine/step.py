@@ -34,7 +34,8 @@ class TokenConstraint(Protocol):
 
     `masks(draft)` returns a (len(draft)+1, V) boolean array: row i lists the tokens allowed
     after the constraint's current state advanced by `draft[:i]` (rows after an invalid
-    draft token may be anything; that token is rejected). `consume` advances the state by
+    draft token may be anything; that token is rejected); a token tree asks it once per
+    root-to-leaf path (`tree.tree_masks`). `consume` advances the state by
     accepted tokens; `forced` lists tokens the constraint determines (free drafts).
     """
 
@@ -45,6 +46,13 @@ class TokenConstraint(Protocol):
     def forced(self) -> list[int]: ...
 
     def done(self) -> bool: ...
+
+
+def fit_width(mask: mx.array, width: int) -> mx.array:
+    """A (1, V') mask cut or padded (with False) to `width` columns."""
+    if mask.shape[-1] >= width:
+        return mask[:, :width]
+    return mx.concatenate([mask, mx.zeros((1, width - mask.shape[-1]), dtype=mx.bool_)], axis=-1)
 
 
 def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:

@@ -78,6 +78,24 @@ class SuffixIndex:
                 return n, self._agreed(ends[-_MAX_OCCURRENCES:], k)
         return 0, []
 
+    def continuations(self, history: Sequence[int], k: int, limit: int = 8) -> list[list[int]]:
+        """Up to `k` tokens after each of the latest `limit` occurrences of the longest n-gram
+        ending the history (distinct, most frequent first); [] when none holds it."""
+        for n in range(min(self.max_n, len(history)), self.min_n - 1, -1):
+            ends = self.index.get(tuple(history[-n:]))
+            if ends:
+                seqs = [tuple(self._run(p, k)) for p in reversed(ends[-limit:])]
+                count = Counter(s for s in seqs if s)
+                return [list(s) for s, _ in count.most_common()]
+        return []
+
+    def _run(self, p: int, k: int) -> list[int]:
+        out: list[int] = []
+        while len(out) < k and p < len(self.flat) and self.flat[p] != _SEP:
+            out.append(self.flat[p])
+            p += 1
+        return out
+
     def _agreed(self, at: list[int], k: int) -> list[int]:
         out: list[int] = []
         while at and len(out) < k:

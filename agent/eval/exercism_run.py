@@ -47,6 +47,10 @@ class Try:
     test_output: str = ""
     reply: str = ""  # the model's last message of the try (clipped)
     solution: str = ""  # the solution file(s) as graded (clipped)
+    # What went back to the model inside the try: a failed check's kind (syntax, ruff, names),
+    # "refused" (a whole-file block not applied; fed back unless it quoted the file), "unchanged"
+    # (a file written out again as it was).
+    fed_back: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -72,7 +76,7 @@ class ExerciseResult:
 
 
 def _one_try(conv, text: str, cancel: CancelToken) -> Try:
-    from ..events import AgentResult, ToolCallFinished, Warning
+    from ..events import AgentResult, CheckRun, ToolCallFinished, Warning
 
     t = Try()
     for ev in conv.send(text, cancel):
@@ -81,6 +85,11 @@ def _one_try(conv, text: str, cancel: CancelToken) -> Try:
             t.rejected += not ev.ok
         elif isinstance(ev, Warning) and "not applied" in ev.message:
             t.rejected += 1
+            t.fed_back.append("refused")
+        elif isinstance(ev, Warning) and "out unchanged" in ev.message:
+            t.fed_back.append("unchanged")
+        elif isinstance(ev, CheckRun) and ev.fed_back:
+            t.fed_back.append(ev.kind)
         elif isinstance(ev, AgentResult):
             u = ev.usage
             t.stop_reason, t.turns, t.reply = ev.stop_reason, ev.num_turns, ev.result[:1500]
