@@ -32,11 +32,16 @@ class Missing:
     names: tuple[str, ...]  # what it takes from the module that the module does not define
 
 
-def _parse(path: Path) -> ast.Module | None:
+def _parse(path: Path, needs: tuple[str, ...] = ()) -> ast.Module | None:
+    """The file's syntax tree; None when it is too big, unreadable or broken, or (with
+    `needs`) when its text contains none of those strings (so it cannot import the module)."""
     try:
         if path.stat().st_size > MAX_BYTES:
             return None
-        return ast.parse(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
+        if needs and not any(n in text for n in needs):
+            return None
+        return ast.parse(text)
     except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
         return None
 
@@ -158,11 +163,13 @@ def missing_names(root: Path, rel: str) -> list[Missing]:
     if have is None:
         return []
     package = target.parent if target.name == "__init__.py" else None
+    # Every import that can resolve to the module names it, or is relative ("from .").
+    needs = (package.name, "from .") if package else (target.stem,)
     out: list[Missing] = []
     for path in _python_files(root):
         if path.resolve() == target:
             continue
-        other = _parse(path)
+        other = _parse(path, needs)
         if other is None:
             continue
         gone = [n for n in _taken(other, path.resolve(), root, target) if n not in have
