@@ -47,6 +47,14 @@ def test_judge_skips_quotes_refuses_snippets_and_paths_outside(git_repo):
     (git_repo / "big.py").write_text(big)
     assert "not applied" in judge(FileBlock("big.py", "line1 = 1\nline2 = 2\n"), git_repo)
     assert judge(FileBlock("../outside.py", "z = 3\n"), git_repo) not in ("", "same")
+    # A statement copied as the file would delete every definition of a short module.
+    (git_repo / "prime.py").write_text("def prime(number):\n    pass\n")
+    why = judge(FileBlock("prime.py", "raise ValueError('there is no zeroth prime')\n"), git_repo)
+    assert "defines none" in why and "prime" in why
+    assert judge(FileBlock("prime.py", "def prime(number):\n    return 2\n"), git_repo) == ""
+    assert judge(FileBlock("prime.py", "class Prime:\n    pass\n"), git_repo) == ""
+    (git_repo / "consts.py").write_text("X = 1\n")
+    assert judge(FileBlock("consts.py", "X = 2\n"), git_repo) == ""  # no definitions to lose
     assert judge(FileBlock(".git/config", "[core]\n"), git_repo) not in ("", "same")
 
 

@@ -16,8 +16,10 @@ Small models get whole-file rewrites right far more often than exact search/repl
 prompt lookup drafts the unchanged lines from the attached copy, so they cost little to decode.
 A block is applied as a write_file call (same approvals, snapshot, confinement and commit),
 except: a block identical to the file (a quote, not a change) and, for an existing file of at
-least `MIN_LINES` lines, a block with under half its lines (a snippet, not the whole file)
-are not applied; the latter is reported (and, unless the block only quotes the file's own
+least `MIN_LINES` lines, a block with under half its lines, and for an existing Python file
+that defines functions or classes, a block that defines none (a snippet, not the whole file:
+small models copy an example statement from the instructions as the file) are not applied;
+the latter two are reported (and, unless the block only quotes the file's own
 lines, the model is told, see `quotes`).
 """
 
@@ -31,6 +33,7 @@ FENCE = re.compile(r"^(`{3,}|~{3,})([^`\n]*)$")
 PATH = re.compile(r"^[\w\-.][\w./\-]*$")
 FILE_BLOCK = re.compile(r'<file path="([^"\n]+)">\n(.*?)\n?</file>', re.DOTALL)
 MIN_LINES = 8
+DEFINES = re.compile(r"^(?:async\s+def|def|class)\s+(\w+)", re.MULTILINE)  # top-level defs
 
 
 @dataclass(frozen=True)
@@ -156,6 +159,12 @@ def judge(block: FileBlock, root: Path) -> str:
     if old_lines >= MIN_LINES and new_lines * 2 < old_lines:
         return (f"the code block for {block.path} has {new_lines} of the file's {old_lines} "
                 "lines: not applied (write the whole file to change it)")
+    if block.path.endswith((".py", ".pyi")) and not DEFINES.search(block.content):
+        names = list(dict.fromkeys(DEFINES.findall(old)))
+        if names:
+            shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
+            return (f"the code block for {block.path} defines none of the file's functions and "
+                    f"classes ({shown}): not applied (write the whole file to change it)")
     return ""
 
 
