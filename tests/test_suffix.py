@@ -109,3 +109,32 @@ def test_without_the_index_lookup_drafts_less(llama):
                                                                  SpecPolicy(mode="on"))), prompt)
     _, without = _tokens(Session(llama, speculator=Speculator(PromptLookup(), SpecPolicy(mode="on"))), prompt)
     assert with_index.accepted > without.accepted
+
+
+def test_lookup_takes_the_suffix_match_when_it_is_longer_than_the_contexts():
+    index = SuffixIndex(min_n=3, max_n=5)
+    index.add([1, 2, 3, 4, 5, 60, 61, 62])
+    lookup = PromptLookup(suffix=index)
+    # the context holds (4, 5) once, followed by 99; the index holds (1, 2, 3, 4, 5)
+    history = [4, 5, 99, 1, 2, 3, 4, 5]
+    n, draft = lookup.match(history, 3)
+    assert (n, draft, lookup.source) == (5, [60, 61, 62], "suffix")
+    # a context match at least as long as the index's wins
+    lookup = PromptLookup(suffix=index)
+    n, draft = lookup.match([3, 4, 5, 99, 7, 3, 4, 5], 3)
+    assert lookup.source == "lookup" and draft == [99, 7, 3]
+
+
+def test_suffix_drafts_that_keep_failing_stop():
+    index = SuffixIndex(min_n=3, max_n=3)
+    triples = [[100 + 3 * i, 101 + 3 * i, 102 + 3 * i] for i in range(12)]
+    for t in triples:
+        index.add([*t, 40, 41, 42, 43])
+    lookup = PromptLookup(suffix=index)
+    history, sizes = [9], []
+    for step, t in enumerate(triples):  # the target never writes what the index drafts
+        history += t
+        sizes.append(len(lookup.match(history, 4)[1]))
+        history.append(500 + step)
+    # 4 at first, then shorter, then nothing for a while (a retry of one token now and then)
+    assert sizes[:3] == [4, 4, 4] and sizes[-4:].count(0) >= 3 and max(sizes[-4:]) <= 1

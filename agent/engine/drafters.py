@@ -254,7 +254,7 @@ class PromptLookup:
     def __init__(self, max_n: int = 4, min_n: int = 2, extra: Sequence[int] = (), max_k: int = 16,
                  suffix: SuffixIndex | None = None):
         self.max_n, self.min_n = max_n, min_n
-        self.suffix = suffix  # earlier replies, consulted when the context has no match
+        self.suffix = suffix  # earlier replies, consulted beside the context
         self.source: TokenSource = "lookup"  # where the last match came from
         self.max_k = max_k  # longest draft of a continuing run (a pinned K sets it to K)
         self.hist: list[int] = []
@@ -267,9 +267,11 @@ class PromptLookup:
         self.src_at = 0  # len(hist) when that draft was made
         self.kind, self.drafted = "", 0  # what the last draft came from, and its length
         self.gain: dict[str, float] = dict(self.PRIOR)  # recent accepted tokens per kind
+        self.suffix_draft: list[int] = []  # the last draft from the suffix index (to score)
+        self.suffix_at = 0  # len(hist) when it was made
 
     # Accepted tokens a kind of match is expected to yield before any is measured.
-    PRIOR = {"follow": 8.0, "n4": 4.0, "n3": 3.0, "n2": 1.5, "n1": 1.0}
+    PRIOR = {"follow": 8.0, "n4": 4.0, "n3": 3.0, "n2": 1.5, "n1": 1.0, "suffix": 4.0}
     GROW, FLOOR, SKIP_BELOW = 2, 1, 0.3  # chosen on the tune workloads of `bench lookup`
 
     # ---- the index ----------------------------------------------------------------------
@@ -350,21 +352,51 @@ class PromptLookup:
         if end >= 0:
             cont = self._draft("follow", end, k)
             return (max(self.last_match, self.max_n), cont) if cont else (0, [])
+        self._score_suffix()
+        # The suffix index is consulted beside the context: its match wins when it is longer
+        # than the context's, or when the context's kind of match is drafting nothing.
+        n_s, cont_s = self._suffix_match(history, k)
         for n in range(min(self.max_n, len(history)), self.min_n - 1, -1):
+            if n_s > n:
+                break
             key = tuple(history[-n:])
             ends = self.index.get(key)
             if ends:
                 cont = self._draft(f"n{min(n, 4)}", ends[-1], k)
-                return (n, cont) if cont else (0, [])
+                if cont:
+                    return n, cont
+                break
             ends = self.extra_index.get(key)
             if ends:
                 return n, self.extra[ends[-1] : ends[-1] + k]
-        if self.suffix is not None:
-            n, cont = self.suffix.continuation(history, k)
-            if cont:
-                self.source = "suffix"
-                return n, cont
+        if cont_s:
+            self.source = "suffix"
+            self.kind, self.drafted, self.src = "suffix", 0, -1
+            self.suffix_draft, self.suffix_at = cont_s, len(self.hist)
+            return n_s, cont_s
         return 0, []
+
+    def _suffix_match(self, history: Sequence[int], k: int) -> tuple[int, list[int]]:
+        """The suffix index's (n, draft), shortened like any kind of match by how much of
+        its recent drafts was accepted ((0, []) without an index)."""
+        if self.suffix is None:
+            return 0, []
+        n, cont = self.suffix.continuation(history, k)
+        if not cont:
+            return 0, []
+        size = self._length("suffix", len(cont))
+        return (n, cont[:size]) if size else (0, [])
+
+    def _score_suffix(self) -> None:
+        """Score the last suffix draft by how much of it the history now holds."""
+        draft, self.suffix_draft = self.suffix_draft, []
+        if not draft:
+            return
+        added = self.hist[self.suffix_at : self.suffix_at + len(draft)]
+        i = 0
+        while i < len(added) and added[i] == draft[i]:
+            i += 1
+        self.gain["suffix"] = 0.7 * self.gain["suffix"] + 0.3 * i
 
     def propose(self, history, k, params, constraint=None) -> Draft:
         n, cont = self.match(history, k)
