@@ -81,3 +81,13 @@ def test_a_repeat_that_survives_resampling_is_pointed_out_once(git_repo):
     assert nudge["role"] == "user" and "word for word the same" in nudge["content"]
     assert (git_repo / "calc.py").read_text() == "def add(a, b):\n    return b + a\n"
     assert events[-1].stop_reason == "answered"
+
+
+def test_the_same_code_under_other_words_is_sampled_again(git_repo):
+    model = Sampled([CODE + "Fixed add.", CODE + "Now add is right.", OTHER])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", resample_temperature=0.7))
+    list(conv.send("change add"))
+    events = list(conv.send("the tests fail, fix add"))
+    assert any("code repeats an earlier" in e.message for e in events if isinstance(e, Warning))
+    assert model.temps == [0.0, 0.0, 0.7]
+    assert (git_repo / "calc.py").read_text() == "def add(a, b):\n    return b + a\n"
