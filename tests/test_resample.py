@@ -78,7 +78,7 @@ def test_a_repeat_that_survives_resampling_is_pointed_out_once(git_repo):
     events = list(conv.send("the tests fail, fix add"))
     assert model.temps == [0.0, 0.0, 0.7, 0.7, 0.0]  # then the nudge, greedy again
     nudge = model.seen[-1][-1]
-    assert nudge["role"] == "user" and "word for word the same" in nudge["content"]
+    assert nudge["role"] == "user" and "the same as in your earlier reply" in nudge["content"]
     assert (git_repo / "calc.py").read_text() == "def add(a, b):\n    return b + a\n"
     assert events[-1].stop_reason == "answered"
 

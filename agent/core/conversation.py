@@ -93,8 +93,10 @@ REFUSED_EDIT = "Your code was not applied:\n{why}\n\n{how}"  # the "diff" and "a
 UNCHANGED = ("The code you wrote for {files} is the file exactly as it already is, so nothing "
              "changed. If the task needs a change, write the whole file again with the change "
              "made; if it needs none, say so in one line, without a code block.")
-REPEATED = ("Your reply is word for word the same as your earlier one, so it changes nothing. "
-            "Read the message before it again and write a different reply.")
+REPEATED = ("Your code is the same as in your earlier reply, so it changes nothing and would "
+            "fail the same way. Find what causes the error the message before it shows, then "
+            "reply with the file's path on one line and the corrected code in one code block, "
+            "in the same form as before.")
 
 
 @dataclass
@@ -239,7 +241,7 @@ class Conversation:
             return ""
         if run.repeated and not run.nudged and self.cfg.resample_temperature > 0:
             run.nudged = True  # once per message: say so, and let it try again
-            yield Warning("the reply repeats an earlier one word for word; asking for another")
+            yield Warning("the reply's code repeats an earlier reply's; asking for another")
             return REPEATED
         refused, run.refused = run.refused, []
         if refused and run.fix_rounds < self.cfg.max_fix_rounds:
