@@ -94,9 +94,9 @@ class Config:
     auto_test: bool = True  # run test_cmd (when set) after edits
     test_cmd: str = ""
     max_fix_rounds: int = 2  # per message; 0 = the loop is off
-    # A reply that loops or repeats an earlier reply word for word is sampled again at this
-    # temperature (agent/core/resample.py); 0 = never (the default: on the Exercism tune
-    # subset it doubled the tokens and passed nothing more).
+    # A reply that loops or repeats an earlier reply (word for word, or its code) is sampled
+    # again at this temperature (agent/core/resample.py); 0 = never (the default: on the
+    # Exercism tune subset it doubled the tokens and passed nothing more).
     resample_temperature: float = 0.0
 
 
