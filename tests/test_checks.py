@@ -107,7 +107,7 @@ def test_a_fragment_that_drops_imported_functions_goes_back(git_repo):
     beside it (ignored by git, as tests a harness keeps out of view) imports what it dropped."""
     (git_repo / ".git" / "info" / "exclude").write_text("/calc_test.py\n")
     (git_repo / "calc_test.py").write_text("from calc import add, sub\n")
-    fragment = "calc.py\n```python\nraise ValueError('bad input')\n```\n"
+    fragment = "calc.py\n```python\ndef mul(a, b):\n    return a * b\n```\n"
     whole = ("calc.py\n```python\ndef add(a, b):\n    return a + b\n\n\n"
              "def sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n```\n")
     model = ScriptedModel([fragment, whole])
@@ -120,6 +120,19 @@ def test_a_fragment_that_drops_imported_functions_goes_back(git_repo):
     assert "calc.py does not define `add`, `sub`, which calc_test.py imports from it" in fed
     assert "```" not in fed and "whole corrected file" in fed
     assert result.stop_reason == "answered" and "def mul" in (git_repo / "calc.py").read_text()
+
+
+def test_a_statement_written_as_the_module_is_refused_and_goes_back(git_repo):
+    """A block with no definition at all for a module that has some (an example statement
+    from the instructions copied as the file) is never written; the model is told why."""
+    before = (git_repo / "calc.py").read_text()
+    fragment = "calc.py\n```python\nraise ValueError('bad input')\n```\n"
+    model = ScriptedModel([fragment, "Done."])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    checks, result = _run(conv)
+    assert (git_repo / "calc.py").read_text() == before and checks == []
+    fed = model.seen[1][-1]["content"]
+    assert "defines none of the file's functions and classes" in fed and "not saved" in fed
 
 
 def test_missing_names_resolution(tmp_path):
@@ -187,7 +200,8 @@ def test_a_file_written_out_again_unchanged_is_pointed_out_once(git_repo):
     conv = conversation(git_repo, model, cfg)
     assert list(conv.send("show calc.py"))[-1].stop_reason == "answered" and len(model.seen) == 1
     events = list(conv.send("sub is wrong: fix it"))
-    assert "nothing changed" in model.seen[2][-1]["content"]
+    # its code repeats the first reply's, so the repeat is what is pointed out (once)
+    assert "the same as in your earlier reply" in model.seen[2][-1]["content"]
     assert events[-1].stop_reason == "answered" and "b - a" in (git_repo / "calc.py").read_text()
     same = changed
     model = ScriptedModel([same, same, same, "It needs no change."])
