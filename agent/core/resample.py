@@ -34,8 +34,8 @@ def reason(reply: str, finish_reason: str, history: list[dict[str, str]]) -> str
     earlier = [m["content"] for m in history if m["role"] == "assistant"]
     if said and any(_norm(m) == said for m in earlier):
         return "the reply repeats an earlier one word for word"
-    code = [f.body.strip("\n") for f in fences(reply) if f.body.strip()]
-    if code and all(any(body in m for m in earlier) for body in code):
+    code = {f.body.strip("\n") for f in fences(reply) if f.body.strip()}
+    if code and code <= {f.body.strip("\n") for m in earlier for f in fences(m)}:
         return "the reply's code repeats an earlier reply's"
     return ""
 
