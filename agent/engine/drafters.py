@@ -320,7 +320,7 @@ class PromptLookup:
         while i < len(added) and self.hist[self.src + i] == added[i]:
             i += 1
         if self.drafted:
-            self.gain[self.kind] = 0.7 * self.gain[self.kind] + 0.3 * min(i, self.drafted)
+            self._score(self.kind, min(i, self.drafted))
         if i < len(added):
             self.src = -1
             return -1
@@ -390,13 +390,12 @@ class PromptLookup:
     def _score_suffix(self) -> None:
         """Score the last suffix draft by how much of it the history now holds."""
         draft, self.suffix_draft = self.suffix_draft, []
-        if not draft:
-            return
-        added = self.hist[self.suffix_at : self.suffix_at + len(draft)]
-        i = 0
-        while i < len(added) and added[i] == draft[i]:
-            i += 1
-        self.gain["suffix"] = 0.7 * self.gain["suffix"] + 0.3 * i
+        if draft:
+            self._score("suffix", common_prefix(self.hist[self.suffix_at :], draft))
+
+    def _score(self, kind: str, accepted: int) -> None:
+        """Fold one draft's accepted tokens into its kind's recent gain."""
+        self.gain[kind] = 0.7 * self.gain[kind] + 0.3 * accepted
 
     def propose(self, history, k, params, constraint=None) -> Draft:
         n, cont = self.match(history, k)
