@@ -216,6 +216,9 @@ def _eval_parser(sub) -> None:
                     "subset; run nothing")
     ev.add_argument("--time-limit", "--timeout", dest="time_limit", type=float, default=None,
                     metavar="SECONDS", help="per task (default 300) / exercise (default 600)")
+    ev.add_argument("--tries", type=int, choices=[1, 2], default=2,
+                    help="exercism: tries per exercise (2: Aider's protocol; 1: the first try "
+                    "only, for quick comparisons)")
     ev.add_argument("--jobs", type=int, default=0,
                     help="tasks run in parallel, one engine each (default: one per 4 cores; "
                     "exercism: 1)")

@@ -98,6 +98,15 @@ def test_two_tries_second_sees_the_test_output():
     assert "The tests are correct" in second and "FAILED" in second
 
 
+def test_one_try_only_sends_no_test_output():
+    ex = exm.load_exercises(ROOT, "armstrong-numbers")[0]
+    model = ScriptedModel([_reply(ex, "def is_armstrong_number(number):\n    return False\n"),
+                           _reply(ex, _example(ex))])
+    r = run_exercise(ex, _cfg(), lambda ctx: model, 60.0, n_tries=1)
+    assert (r.passed_1, r.passed_2, r.tries) == (False, False, 1)
+    assert len(model.seen) == 1 and "FAILED" in r.detail[0]["test_output"]
+
+
 def test_no_edit_is_not_well_formed_and_fails():
     ex = exm.load_exercises(ROOT, "bob")[0]
     model = ScriptedModel(["I would write a function.", "Still no code."])

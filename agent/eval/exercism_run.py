@@ -101,8 +101,9 @@ def _one_try(conv, text: str, cancel: CancelToken) -> Try:
 
 
 def run_exercise(ex: Exercise, cfg: Config, model_for: Callable[[Any], Any], time_limit_s: float,
-                 settings: dict[str, Any] | None = None) -> ExerciseResult:
-    """Both tries of one exercise in a fresh repository (removed afterwards)."""
+                 settings: dict[str, Any] | None = None, n_tries: int = 2) -> ExerciseResult:
+    """The tries of one exercise (both, or the first only) in a fresh repository (removed
+    afterwards)."""
     from ..runtime import Runtime
 
     base = Path(tempfile.mkdtemp(prefix=f"spec-agent-exercism-{ex.name}-"))
@@ -119,7 +120,7 @@ def run_exercise(ex: Exercise, cfg: Config, model_for: Callable[[Any], Any], tim
         tries: list[Try] = []
         try:
             message = ex.instructions()
-            for _ in range(2):
+            for _ in range(n_tries):
                 t = _one_try(conv, message, cancel)
                 restore_tests(ex, repo)
                 t.passed, t.test_output = grade(ex, repo)
@@ -228,7 +229,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_all(exercises: list[Exercise], cfg: Config, time_limit_s: float, out: Path | None, *,
-            model_for: Callable[[Any], Any] | None = None, jobs: int = 1,
+            model_for: Callable[[Any], Any] | None = None, jobs: int = 1, tries: int = 2,
             settings: dict[str, Any] | None = None,
             log: Callable[[str], None] = lambda m: None) -> list[ExerciseResult]:
     """Run the exercises not yet in `out`, appending each record as it is done."""
@@ -253,7 +254,7 @@ def run_all(exercises: list[Exercise], cfg: Config, time_limit_s: float, out: Pa
             model_for = local_model_factory(cfg)
         for ex in todo:
             try:
-                done(run_exercise(ex, cfg, model_for, time_limit_s, settings))
+                done(run_exercise(ex, cfg, model_for, time_limit_s, settings, tries))
             except (OSError, RuntimeError, subprocess.SubprocessError) as e:  # the machine, not the agent
                 done(crashed(ex, e, settings))
         return results
@@ -261,7 +262,8 @@ def run_all(exercises: list[Exercise], cfg: Config, time_limit_s: float, out: Pa
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(_worker_run, ex, cfg, time_limit_s, settings): ex for ex in todo}
+        futures = {pool.submit(_worker_run, ex, cfg, time_limit_s, settings, tries): ex
+                   for ex in todo}
         for f in as_completed(futures):
             try:
                 done(f.result())
@@ -274,12 +276,12 @@ _WORKER: dict[str, Any] = {}
 
 
 def _worker_run(ex: Exercise, cfg: Config, time_limit_s: float,
-                settings: dict[str, Any]) -> ExerciseResult:
+                settings: dict[str, Any], tries: int = 2) -> ExerciseResult:
     if "model_for" not in _WORKER:
         from .runner import local_model_factory
 
         _WORKER["model_for"] = local_model_factory(cfg)
-    return run_exercise(ex, cfg, _WORKER["model_for"], time_limit_s, settings)
+    return run_exercise(ex, cfg, _WORKER["model_for"], time_limit_s, settings, tries)
 
 
 SETTING_KEYS = ("model", "draft_model", "speculation", "drafter", "num_draft_tokens",
@@ -317,7 +319,8 @@ def main(args, cfg: Config) -> int:
     if args.summary_only and args.out is None:
         raise ExercismError("--summary-only needs --out FILE.jsonl")
     results = [] if args.summary_only else run_all(
-        exercises, cfg, limit, args.out, jobs=args.jobs or 1, settings=settings_of(cfg), log=log)
+        exercises, cfg, limit, args.out, jobs=args.jobs or 1, tries=getattr(args, "tries", 2),
+        settings=settings_of(cfg) | {"tries": getattr(args, "tries", 2)}, log=log)
     names = {e.name for e in exercises}
     records = [r for r in read_results(args.out) if r["name"] in names] if args.out else \
         [r.to_dict() for r in results]
