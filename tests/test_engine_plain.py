@@ -118,6 +118,25 @@ def test_sampling_filters():
         SamplingParams(top_p=0).validate()
 
 
+@pytest.mark.parametrize("scale, narrow", [(8.0, True), (3.0, None), (0.02, False)])
+def test_eager_top_p_keeps_the_same_tokens_as_the_full_sort(scale, narrow):
+    """The verify pass's top-p (from the most likely TOP_P_CANDIDATES tokens when they cover
+    top_p) keeps exactly the tokens a full sort keeps, and falls back to it when the nucleus is
+    wider (the nearly flat rows)."""
+    from agent.engine import sampling
+
+    mx.random.seed(7)
+    logits = mx.random.normal((6, 20000)) * scale
+    for p in (SamplingParams(0.7, top_p=0.95), SamplingParams(1.0, top_p=0.5),
+              SamplingParams(0.3, top_p=0.99, top_k=5000, min_p=0.001)):
+        full, fast = log_probs(logits, p), log_probs(logits, p, eager=True)
+        assert mx.array_equal(mx.isinf(full), mx.isinf(fast)).item()
+        assert mx.allclose(mx.where(mx.isinf(full), 0, full), mx.where(mx.isinf(fast), 0, fast)).item()
+    kept = mx.sum(mx.isfinite(log_probs(logits, SamplingParams(1.0, top_p=0.95))), axis=-1)
+    if narrow is not None:  # peaked rows take the candidates' path, nearly flat ones the sort
+        assert mx.all((kept < sampling.TOP_P_CANDIDATES) == narrow).item()
+
+
 def test_stop_strings_cut_text(llama):
     prompt = chat_prompt(llama, "stop test")
     toks, _, events = run(Session(llama), prompt, max_tokens=40, stop_tokens=set())

@@ -31,7 +31,7 @@ from .tree import TreeBudget, TreeShape, verify_tree
 def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams) -> tuple[int, int]:
     """Rejection sampling over one verify pass; returns (n accepted, next token)."""
     k = len(draft.tokens)
-    lp = log_probs(logits, params)  # target distribution at each of the k+1 positions
+    lp = log_probs(logits, params, eager=True)  # target distribution at the k+1 positions
     if k == 0:
         return 0, int(mx.random.categorical(lp[0]).item())
     d = mx.array(draft.tokens, dtype=mx.int32)

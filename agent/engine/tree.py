@@ -367,7 +367,7 @@ def verify_tree(model: nn.Module, cache: list, tree: TokenTree, params: Sampling
     if params.greedy:
         path, nxt = accept_tree_greedy(tree, mx.argmax(logits, axis=-1).tolist())
     else:
-        path, nxt = accept_tree_sampled(log_probs(logits, params), tree)
+        path, nxt = accept_tree_sampled(log_probs(logits, params, eager=True), tree)
     compact(cache, start, path)
     return [*(tree.tokens[i] for i in path[1:]), nxt], path
 
