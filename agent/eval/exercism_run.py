@@ -229,7 +229,7 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_all(exercises: list[Exercise], cfg: Config, time_limit_s: float, out: Path | None, *,
-            model_for: Callable[[Any], Any] | None = None, jobs: int = 1, tries: int = 2,
+            model_for: Callable[[Any], Any] | None = None, jobs: int = 1, n_tries: int = 2,
             settings: dict[str, Any] | None = None,
             log: Callable[[str], None] = lambda m: None) -> list[ExerciseResult]:
     """Run the exercises not yet in `out`, appending each record as it is done."""
@@ -254,7 +254,7 @@ def run_all(exercises: list[Exercise], cfg: Config, time_limit_s: float, out: Pa
             model_for = local_model_factory(cfg)
         for ex in todo:
             try:
-                done(run_exercise(ex, cfg, model_for, time_limit_s, settings, tries))
+                done(run_exercise(ex, cfg, model_for, time_limit_s, settings, n_tries))
             except (OSError, RuntimeError, subprocess.SubprocessError) as e:  # the machine, not the agent
                 done(crashed(ex, e, settings))
         return results
@@ -262,7 +262,7 @@ def run_all(exercises: list[Exercise], cfg: Config, time_limit_s: float, out: Pa
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
     with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
-        futures = {pool.submit(_worker_run, ex, cfg, time_limit_s, settings, tries): ex
+        futures = {pool.submit(_worker_run, ex, cfg, time_limit_s, settings, n_tries): ex
                    for ex in todo}
         for f in as_completed(futures):
             try:
@@ -276,12 +276,12 @@ _WORKER: dict[str, Any] = {}
 
 
 def _worker_run(ex: Exercise, cfg: Config, time_limit_s: float,
-                settings: dict[str, Any], tries: int = 2) -> ExerciseResult:
+                settings: dict[str, Any], n_tries: int = 2) -> ExerciseResult:
     if "model_for" not in _WORKER:
         from .runner import local_model_factory
 
         _WORKER["model_for"] = local_model_factory(cfg)
-    return run_exercise(ex, cfg, _WORKER["model_for"], time_limit_s, settings, tries)
+    return run_exercise(ex, cfg, _WORKER["model_for"], time_limit_s, settings, n_tries)
 
 
 SETTING_KEYS = ("model", "draft_model", "speculation", "drafter", "num_draft_tokens",
@@ -318,9 +318,10 @@ def main(args, cfg: Config) -> int:
     t0 = time.perf_counter()
     if args.summary_only and args.out is None:
         raise ExercismError("--summary-only needs --out FILE.jsonl")
+    n_tries = getattr(args, "tries", 2)
     results = [] if args.summary_only else run_all(
-        exercises, cfg, limit, args.out, jobs=args.jobs or 1, tries=getattr(args, "tries", 2),
-        settings=settings_of(cfg) | {"tries": getattr(args, "tries", 2)}, log=log)
+        exercises, cfg, limit, args.out, jobs=args.jobs or 1, n_tries=n_tries,
+        settings=settings_of(cfg) | {"tries": n_tries}, log=log)
     names = {e.name for e in exercises}
     records = [r for r in read_results(args.out) if r["name"] in names] if args.out else \
         [r.to_dict() for r in results]
