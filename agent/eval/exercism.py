@@ -176,9 +176,11 @@ def run_command(argv: list[str], cwd: Path, timeout_s: float) -> tuple[int | Non
         return None, out
 
 
-def grade(ex: Exercise, repo: Path, timeout_s: float = TEST_TIMEOUT_S) -> tuple[bool, str]:
+def grade(ex: Exercise, repo: Path, timeout_s: float = TEST_TIMEOUT_S,
+          tb: str = "short") -> tuple[bool, str]:
     """(passed, test output) for the solution files in `repo`, run against the original tests
-    in a fresh directory."""
+    in a fresh directory. `tb`: pytest's traceback style ("short": the failing line; "auto":
+    pytest's default, the failing test's whole body)."""
     with tempfile.TemporaryDirectory(prefix=f"spec-agent-grade-{ex.name}-") as tmp:
         work = Path(tmp)
         for name in ex.solution:
@@ -188,7 +190,7 @@ def grade(ex: Exercise, repo: Path, timeout_s: float = TEST_TIMEOUT_S) -> tuple[
                 shutil.copyfile(src, work / name)
         for name in ex.tests:
             shutil.copyfile(ex.folder / name, work / name)
-        argv = [sys.executable, "-m", "pytest", "-q", "--tb=short", "--no-header",
+        argv = [sys.executable, "-m", "pytest", "-q", f"--tb={tb}", "--no-header",
                 "-p", "no:cacheprovider", "-p", "no:randomly", *ex.tests]
         code, out = run_command(argv, work, timeout_s)
     out = out.replace(str(work) + os.sep, "")
