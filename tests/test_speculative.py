@@ -478,3 +478,80 @@ def test_cache_that_cannot_rewind_is_reset_and_refuses_speculation(pair):
     assert make_speculator(Config(speculation="on"), windowed, None, warnings.append) is None
     assert warnings and "cannot drop rejected tokens" in warnings[0]
     assert ModelCache(target).rewindable
+
+
+@pytest.mark.parametrize("proposal", ["sampled", "deterministic"])
+def test_expected_acceptance_is_the_mean_of_the_sampled_outcome(proposal):
+    """The expectations a sampled round reports (for `auto`'s judgement) are the mean of what
+    rejection sampling accepts: drafts drawn from q, accepted against p, many times over."""
+    import numpy as np
+
+    from agent.engine.sampling import log_probs
+    from agent.engine.speculative import _accept_sampled
+
+    params = SamplingParams(temperature=0.9, top_p=0.95)
+    k, vocab = 3, 12
+    rng = np.random.default_rng(5)
+    target_logits = mx.array(rng.normal(0, 1.5, (k + 1, vocab)).astype(np.float32))
+    logq = log_probs(mx.array(rng.normal(0, 1.5, (k, vocab)).astype(np.float32)), params)
+    q = np.exp(np.array(logq))
+    mx.random.seed(7)
+    fixed = [int(np.argmax(q[i])) for i in range(k)]
+    trials, got, rejected, expected = 4000, [], [], []
+    for _ in range(trials):
+        if proposal == "sampled":
+            d = Draft([int(rng.choice(vocab, p=q[i] / q[i].sum())) for i in range(k)], logq)
+        else:
+            d = Draft(fixed)
+        expect: dict = {}
+        n, _ = _accept_sampled(target_logits, d, params, expect)
+        got.append(n)
+        rejected.append(n < k)
+        expected.append((expect["accepted"], expect["rejected"]))
+    if proposal == "sampled":  # prefix-free rows: the same expectation whatever was drawn
+        assert max(e[0] for e in expected) - min(e[0] for e in expected) < 1e-5
+    e_acc, e_rej = expected[0]
+    assert 0.0 < e_acc < k and 0.0 < e_rej <= 1.0
+    sd = np.std(got) / math.sqrt(trials)
+    assert abs(np.mean(got) - e_acc) < 4 * sd + 1e-3, (np.mean(got), e_acc)
+    sd_r = math.sqrt(e_rej * (1 - e_rej) / trials)
+    assert abs(np.mean(rejected) - e_rej) < 4 * sd_r + 1e-3, (np.mean(rejected), e_rej)
+
+
+def test_auto_judges_sampled_rounds_by_their_expected_acceptance(pair, monkeypatch):
+    """At temperature the drafter's fitted acceptance is built from each round's expected
+    accepted drafts, not from its coin flips."""
+    from agent.engine import speculative
+
+    target, draft = pair
+    seen: list[dict] = []
+    real = speculative._accept_sampled
+
+    def recorded(logits, d, params, expect=None):
+        out = real(logits, d, params, expect)
+        if expect is not None:
+            seen.append(dict(expect, k=len(d.tokens), n=out[0]))
+        return out
+
+    monkeypatch.setattr(speculative, "_accept_sampled", recorded)
+    spec = Speculator(DraftModel(draft), SpecPolicy(mode="on", fixed_k=4))
+    session = Session(target, speculator=spec)
+    prompt = session.render([{"role": "user", "content": PROMPTS[0]}])
+    mx.random.seed(3)
+    session.complete(prompt, max_tokens=40, stop_tokens=set(),
+                     params=SamplingParams(temperature=1.0))
+    fit = spec.fits["model"]
+    # the last round may end past max_tokens, where the session stops reading: not judged
+    assert len(seen) - 1 <= fit.rounds <= len(seen) and fit.rounds >= 3
+    seen = seen[:fit.rounds]
+    d = speculative._RoundFit.DECAY
+    want_acc = want_rej = 0.0
+    for e in seen:
+        want_acc, want_rej = d * want_acc + e["accepted"], d * want_rej + e["rejected"]
+    assert fit.accepted == pytest.approx(want_acc, rel=1e-6)
+    assert fit.rejected == pytest.approx(want_rej, rel=1e-6)
+    # and the figures are the expectations, not the sampled counts
+    sampled = 0.0
+    for e in seen:
+        sampled = d * sampled + e["n"]
+    assert fit.accepted != pytest.approx(sampled, rel=1e-9)

@@ -28,8 +28,16 @@ from .step import Batch, TokenConstraint, forward, plain_decode
 from .tree import TreeBudget, TreeShape, verify_tree
 
 
-def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams) -> tuple[int, int]:
-    """Rejection sampling over one verify pass; returns (n accepted, next token)."""
+def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams,
+                    expect: dict | None = None) -> tuple[int, int]:
+    """Rejection sampling over one verify pass; returns (n accepted, next token).
+
+    `expect`, when given, receives "accepted" and "rejected": the round's expected accepted
+    drafts and the probability that one was rejected, from the distributions alone. Draft i
+    is accepted with probability alpha_i = sum over tokens of min(p_i, q_i) once the ones
+    before it were, so E[accepted] = sum_j prod_{i<=j} alpha_i and P(a rejection) = 1 -
+    prod_i alpha_i. Their mean is what the sampled outcome's is, without the coin flips'
+    noise, so `auto` can judge a sampled round's drafts as surely as a greedy one's."""
     k = len(draft.tokens)
     lp = log_probs(logits, params, eager=True)  # target distribution at the k+1 positions
     if k == 0:
@@ -44,6 +52,13 @@ def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams) -> t
     # Accept d_i with probability min(1, p(d_i) / q(d_i)); a deterministic proposal has q = 1.
     logq_d = logq[rows, d] if logq is not None else mx.zeros((k,))
     u = mx.random.uniform(shape=(k,))
+    if expect is not None:
+        p_rows = mx.exp(lp[:k])
+        alpha = (mx.minimum(p_rows, mx.exp(logq)).sum(axis=-1) if logq is not None
+                 else mx.exp(logp_d))  # a deterministic proposal: accepted with p(d_i)
+        chain = mx.cumprod(mx.minimum(alpha, 1.0))
+        got = mx.stack([chain.sum(), 1.0 - chain[-1]]).tolist()
+        expect["accepted"], expect["rejected"] = float(got[0]), max(float(got[1]), 0.0)
     accepted = (mx.log(u) < logp_d - logq_d).tolist()
     n = accepted.index(False) if False in accepted else k
     if n == k:
@@ -60,10 +75,12 @@ def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams) -> t
 def verify_round(
     model, cache: list, pending: int, draft: Draft, params: SamplingParams,
     constraint: TokenConstraint | None = None, history: Sequence[int] = (),
+    expect: dict | None = None,
 ) -> tuple[list[int], int]:
     """Feed [pending, d1..dK] in one pass; return (emitted tokens, drafts accepted).
     `history`: the tokens so far, ending with `pending` (for a repetition penalty: row i is
-    penalized for history + d1..di, as plain decoding would have been).
+    penalized for history + d1..di, as plain decoding would have been). `expect`: see
+    `_accept_sampled` (filled only when sampling; greedy acceptance has no noise to remove).
 
     Afterwards the cache holds pending + the accepted drafts; the last emitted token (the
     target's own) is the new pending token.
@@ -85,7 +102,7 @@ def verify_round(
             n += 1
         nxt = best[n]
     else:
-        n, nxt = _accept_sampled(logits, draft, params)
+        n, nxt = _accept_sampled(logits, draft, params, expect)
     if k - n and trim_prompt_cache(cache, k - n) != k - n:
         raise RuntimeError("the target's KV cache could not drop rejected draft tokens")
     return [*draft.tokens[:n], nxt], n
@@ -144,12 +161,15 @@ class _RoundFit:
     drafted: float = 0.0
     rounds: int = 0  # since the last `forget`
 
-    def add(self, k: int, n: int, seconds: float, draft_s: float) -> None:
+    def add(self, k: int, n: float, seconds: float, draft_s: float,
+            rejected: float | None = None) -> None:
+        """A round of `k` drafts, `n` accepted; `rejected`: whether one was (default n < k),
+        or, with `n`, the expectations of a sampled round (see `_accept_sampled`)."""
         d = self.DECAY
         self.w, self.sk, self.skk = d * self.w + 1, d * self.sk + k, d * self.skk + k * k
         self.st, self.skt = d * self.st + seconds, d * self.skt + k * seconds
         self.accepted = d * self.accepted + n
-        self.rejected = d * self.rejected + (n < k)
+        self.rejected = d * self.rejected + (float(n < k) if rejected is None else rejected)
         self.draft_s, self.drafted = d * self.draft_s + draft_s, d * self.drafted + k
         self.rounds += 1
 
@@ -234,6 +254,7 @@ class Speculator:
         self.fits: dict[str, _RoundFit] = {}  # drafter kind ("model", "lookup") -> recent rounds
         self.reprobing = False  # drafting came back on and has not yet been judged
         self._seen = (0, 0, 0.0, {})  # the call's drafted, accepted, draft_s, by_source before a round
+        self._expect: tuple[float, float] | None = None  # the last sampled round's expectations
 
     # ---- Session hooks ------------------------------------------------------------------
 
@@ -337,8 +358,13 @@ class Speculator:
         if kind is None:  # which drafter: the source whose tally grew
             grown = [s for s, (dd, _) in c.by_source.items() if dd > by_source.get(s, 0)]
             kind = ("lookup" if grown[0] in ("lookup", "suffix") else "model") if grown else ""
+        expect, self._expect = self._expect, None
         if k > 0 and kind:
-            self.fits.setdefault(kind, _RoundFit()).add(k, n, seconds, c.draft_s - draft_s)
+            fit = self.fits.setdefault(kind, _RoundFit())
+            if expect is not None:  # a sampled chain: judged by its expected acceptance
+                fit.add(k, expect[0], seconds, c.draft_s - draft_s, rejected=expect[1])
+            else:
+                fit.add(k, n, seconds, c.draft_s - draft_s)
         self._seen = (c.drafted, c.accepted, c.draft_s,
                       {s: dd for s, (dd, _) in c.by_source.items()})
 
@@ -568,9 +594,12 @@ class Speculator:
                                         session.tokens)
             n, drafted = len(path) - 1, draft.tree.nodes
         else:
+            expect: dict = {}
             emitted, n = verify_round(model, cache, pending, draft, params, constraint,
-                                      session.tokens)
+                                      session.tokens, expect=expect)
             drafted = len(draft.tokens)
+            if expect and draft.source != "forced" and draft.tokens:
+                self._expect = (expect["accepted"], expect["rejected"])
         seconds = time.perf_counter() - t1
         if self.tree is not None:  # the cost of a pass of this many positions, measured
             self.tree.cost.observe(drafted + 1, seconds)
