@@ -214,3 +214,29 @@ def test_a_file_written_out_again_unchanged_is_pointed_out_once(git_repo):
     list(conv.send("show calc.py"))
     list(conv.send("is sub right?"))
     assert len(model.seen) == 2  # off with resampling off (the default)
+
+
+def test_an_edit_that_drops_imported_constants_hears_of_both_checks(git_repo):
+    """A rewrite that drops the module's constants fails ruff (undefined names in it) and
+    leaves another file's import of them broken: the model is told both in one message, and
+    that the names belong at the module's top level."""
+    (git_repo / ".git" / "info" / "exclude").write_text("/kinds_test.py\n")
+    (git_repo / "kinds.py").write_text("EQUAL = 1\nUNEQUAL = 2\n\n\ndef kind(a, b):\n    pass\n")
+    (git_repo / "kinds_test.py").write_text("from kinds import EQUAL, UNEQUAL, kind\n")
+    dropped = ("kinds.py\n```python\ndef kind(a, b):\n    return EQUAL if a == b else UNEQUAL\n"
+               "```\n")
+    fixed = ("kinds.py\n```python\nEQUAL = 1\nUNEQUAL = 2\n\n\ndef kind(a, b):\n"
+             "    return EQUAL if a == b else UNEQUAL\n```\n")
+    model = ScriptedModel([dropped, fixed])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    events = list(conv.send("fix kinds.py"))
+    checks, result = [e for e in events if isinstance(e, CheckRun)], events[-1]
+    if not any(c.kind == "ruff" for c in checks):
+        pytest.skip("ruff is not installed")
+    first = next(c for c in checks if not c.ok)
+    assert first.kind == "ruff" and "kinds_test.py imports from it" in first.output
+    fed = model.seen[1][-1]["content"]
+    assert "Undefined name `EQUAL`" in fed
+    assert "kinds.py does not define `EQUAL`, `UNEQUAL`, which kinds_test.py imports from it" in fed
+    assert "top level of the module" in fed
+    assert result.stop_reason == "answered" and "EQUAL = 1" in (git_repo / "kinds.py").read_text()

@@ -21,7 +21,7 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +35,10 @@ class Outcome:
     command: str
     ok: bool
     output: str
+    # With a failed ruff check: the `names` report of the same files, when it failed too (an
+    # edit that dropped a definition shows as undefined names in the file and as imports of
+    # it elsewhere; the model is told both at once).
+    missing: str = ""
 
 
 def python_files(paths: list[str], root: Path) -> list[str]:
@@ -107,9 +111,11 @@ def run_checks(cfg: Any, edited: list[str], ctx: Any):
             return
         out = ruff(py, root)
         if out is not None:
-            yield out
             if not out.ok:
+                gone = names(py, root)
+                yield replace(out, missing="" if gone.ok else gone.output)
                 return
+            yield out
         out = names(py, root)
         if not out.ok:  # (shown only when it fails: most modules have no importers)
             yield out
@@ -146,8 +152,11 @@ def feedback(out: Outcome, root: Path | None = None, whole_files: bool = False) 
     named = _named_lines(text, root) if root is not None and out.kind in ("syntax", "ruff") else ""
     if named:
         parts += ["", "The lines it names:", named]
-    if out.kind == "names":
-        parts += ["", "Keep every function and class that other files use."]
+    if out.missing:
+        parts += ["", "Other files import names your edit removed:", out.missing]
+    if out.kind == "names" or out.missing:
+        parts += ["", "Keep every function, class and constant that other files import, "
+                  "defined at the top level of the module (not inside a class or a function)."]
     parts += ["", "Fix the code: reply with the file's path on one line and then the whole "
               "corrected file in one code block." if whole_files else "Fix the code."]
     return "\n".join(parts)

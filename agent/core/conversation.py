@@ -483,7 +483,8 @@ class Conversation:
             return ""
         for out in run_checks(self.cfg, edited, self.ctx):
             back = not out.ok and run.fix_rounds < self.cfg.max_fix_rounds
-            yield CheckRun(out.kind, out.command, out.ok, out.output, run.fix_rounds + 1, back)
+            shown = out.output + (f"\n{out.missing}" if out.missing else "")
+            yield CheckRun(out.kind, out.command, out.ok, shown, run.fix_rounds + 1, back)
             if not out.ok:
                 run.fix_rounds += back
                 whole = whole_fixes(self.cfg.edit_format, edited, self.root)
