@@ -17,8 +17,8 @@ from agent.eval.runner import eval_config
 from scripted import ScriptedModel
 
 FULL = exm.default_dir()  # all 100, where this checkout has them beside it
-ROOT = FULL if FULL.is_dir() else Path(__file__).parent / "exercism"  # else four of them, vendored
-NAMES = ["accumulate", "acronym", "bob"]
+ROOT = FULL if FULL.is_dir() else Path(__file__).parent / "exercism"  # else five of them, vendored
+NAMES = ["accumulate", "acronym", "bob", "error-handling"]  # error-handling: a support file
 
 
 def _reply(ex: exm.Exercise, code: str) -> str:
@@ -47,6 +47,26 @@ def test_reference_passes_stub_fails(tmp_path, name):
     passed, out = exm.grade(ex, repo)
     assert not passed and "failed" in out
     shutil.copyfile(ex.folder / ex.example, repo / ex.solution[0])
+    passed, out = exm.grade(ex, repo)
+    assert passed, out
+
+
+def test_files_the_tests_need_are_kept_beside_them(tmp_path):
+    """error-handling's tests import test_utils.py, which its config lists as neither solution
+    nor test: it is in the repository as the tests are (out of git's view, restored after the
+    agent) and beside them when graded."""
+    ex = exm.load_exercises(ROOT, "error-handling")[0]
+    assert ex.support == ("test_utils.py",)
+    repo = tmp_path / "repo"
+    exm.make_repo(ex, repo)
+    from tools import git
+
+    assert git.run(repo, "ls-files", timeout=30).stdout.split() == list(ex.solution)
+    (repo / "test_utils.py").write_text("raise SystemExit\n")  # the agent's edit does not count
+    exm.restore_tests(ex, repo)
+    assert (repo / "test_utils.py").read_text() == (ex.folder / "test_utils.py").read_text()
+    shutil.copyfile(ex.folder / ex.example, repo / ex.solution[0])
+    (repo / "test_utils.py").write_text("raise SystemExit\n")
     passed, out = exm.grade(ex, repo)
     assert passed, out
 

@@ -24,7 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tools import git
@@ -66,6 +66,9 @@ class Exercise:
     solution: tuple[str, ...]  # the stub file(s) the model is to complete
     tests: tuple[str, ...]
     example: str  # the reference solution's path inside the folder
+    # Other files beside them that the tests need (error-handling's test_utils.py): handled
+    # as the tests are (beside the stub, out of git's view, restored, copied for grading).
+    support: tuple[str, ...] = ()
 
     def instructions(self) -> str:
         docs = self.folder / ".docs"
@@ -100,7 +103,10 @@ def _load(folder: Path, subset: str) -> Exercise:
     missing = [f for f in (*ex.solution, *ex.tests, ".docs/instructions.md") if not (folder / f).is_file()]
     if missing:
         raise ExercismError(f"{folder}: missing {', '.join(missing)}")
-    return ex
+    named = {*ex.solution, *ex.tests}
+    support = tuple(sorted(p.name for p in folder.iterdir() if p.is_file() and not p.is_symlink()
+                           and not p.name.startswith(".") and p.name not in named))
+    return replace(ex, support=support)
 
 
 def load_exercises(root: Path, which: str = "all") -> list[Exercise]:
@@ -138,20 +144,21 @@ def make_repo(ex: Exercise, root: Path) -> str:
     for key, value in (("user.name", "Eval User"), ("user.email", "eval@example.com"),
                        ("commit.gpgsign", "false")):
         _git(root, "config", key, value)
-    for name in (*ex.solution, *ex.tests):
+    for name in (*ex.solution, *ex.tests, *ex.support):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ex.folder / name, root / name)
     exclude = root / ".git" / "info" / "exclude"
     exclude.parent.mkdir(parents=True, exist_ok=True)
-    exclude.write_text("".join(f"/{t}\n" for t in ex.tests) + "__pycache__/\n.pytest_cache/\n")
+    exclude.write_text("".join(f"/{t}\n" for t in (*ex.tests, *ex.support))
+                       + "__pycache__/\n.pytest_cache/\n")
     _git(root, "add", "-A")
     _git(root, "commit", "-q", "-m", "stub")
     return _git(root, "rev-parse", "HEAD").strip()
 
 
 def restore_tests(ex: Exercise, repo: Path) -> None:
-    """Put the original test files back in the agent's repository."""
-    for name in ex.tests:
+    """Put the original test files (and the files they need) back in the agent's repository."""
+    for name in (*ex.tests, *ex.support):
         shutil.copyfile(ex.folder / name, repo / name)
 
 
@@ -188,7 +195,7 @@ def grade(ex: Exercise, repo: Path, timeout_s: float = TEST_TIMEOUT_S,
             (work / name).parent.mkdir(parents=True, exist_ok=True)
             if src.is_file() and not src.is_symlink():
                 shutil.copyfile(src, work / name)
-        for name in ex.tests:
+        for name in (*ex.tests, *ex.support):
             shutil.copyfile(ex.folder / name, work / name)
         argv = [sys.executable, "-m", "pytest", "-q", f"--tb={tb}", "--no-header",
                 "-p", "no:cacheprovider", "-p", "no:randomly", *ex.tests]
