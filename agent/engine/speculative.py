@@ -52,14 +52,16 @@ def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams,
     # Accept d_i with probability min(1, p(d_i) / q(d_i)); a deterministic proposal has q = 1.
     logq_d = logq[rows, d] if logq is not None else mx.zeros((k,))
     u = mx.random.uniform(shape=(k,))
+    keep = mx.log(u) < logp_d - logq_d
     if expect is not None:
-        p_rows = mx.exp(lp[:k])
-        alpha = (mx.minimum(p_rows, mx.exp(logq)).sum(axis=-1) if logq is not None
+        alpha = (mx.minimum(mx.exp(lp[:k]), mx.exp(logq)).sum(axis=-1) if logq is not None
                  else mx.exp(logp_d))  # a deterministic proposal: accepted with p(d_i)
         chain = mx.cumprod(mx.minimum(alpha, 1.0))
-        got = mx.stack([chain.sum(), 1.0 - chain[-1]]).tolist()
-        expect["accepted"], expect["rejected"] = float(got[0]), max(float(got[1]), 0.0)
-    accepted = (mx.log(u) < logp_d - logq_d).tolist()
+        got = mx.stack([chain.sum(), 1.0 - chain[-1]])
+        mx.eval(keep, got)  # one sync for both
+        e_acc, e_rej = got.tolist()
+        expect["accepted"], expect["rejected"] = float(e_acc), max(float(e_rej), 0.0)
+    accepted = keep.tolist()
     n = accepted.index(False) if False in accepted else k
     if n == k:
         return n, int(mx.random.categorical(lp[k]).item())

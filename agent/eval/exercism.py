@@ -70,6 +70,12 @@ class Exercise:
     # as the tests are (beside the stub, out of git's view, restored, copied for grading).
     support: tuple[str, ...] = ()
 
+    @property
+    def kept(self) -> tuple[str, ...]:
+        """The files the harness owns: the tests and the files they need (the agent's copies
+        are replaced by the originals before grading)."""
+        return (*self.tests, *self.support)
+
     def instructions(self) -> str:
         docs = self.folder / ".docs"
         parts = [(docs / n).read_text(encoding="utf-8") for n in
@@ -144,13 +150,12 @@ def make_repo(ex: Exercise, root: Path) -> str:
     for key, value in (("user.name", "Eval User"), ("user.email", "eval@example.com"),
                        ("commit.gpgsign", "false")):
         _git(root, "config", key, value)
-    for name in (*ex.solution, *ex.tests, *ex.support):
+    for name in (*ex.solution, *ex.kept):
         (root / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(ex.folder / name, root / name)
     exclude = root / ".git" / "info" / "exclude"
     exclude.parent.mkdir(parents=True, exist_ok=True)
-    exclude.write_text("".join(f"/{t}\n" for t in (*ex.tests, *ex.support))
-                       + "__pycache__/\n.pytest_cache/\n")
+    exclude.write_text("".join(f"/{t}\n" for t in ex.kept) + "__pycache__/\n.pytest_cache/\n")
     _git(root, "add", "-A")
     _git(root, "commit", "-q", "-m", "stub")
     return _git(root, "rev-parse", "HEAD").strip()
@@ -158,7 +163,7 @@ def make_repo(ex: Exercise, root: Path) -> str:
 
 def restore_tests(ex: Exercise, repo: Path) -> None:
     """Put the original test files (and the files they need) back in the agent's repository."""
-    for name in (*ex.tests, *ex.support):
+    for name in ex.kept:
         shutil.copyfile(ex.folder / name, repo / name)
 
 
@@ -195,7 +200,7 @@ def grade(ex: Exercise, repo: Path, timeout_s: float = TEST_TIMEOUT_S,
             (work / name).parent.mkdir(parents=True, exist_ok=True)
             if src.is_file() and not src.is_symlink():
                 shutil.copyfile(src, work / name)
-        for name in (*ex.tests, *ex.support):
+        for name in ex.kept:
             shutil.copyfile(ex.folder / name, work / name)
         argv = [sys.executable, "-m", "pytest", "-q", f"--tb={tb}", "--no-header",
                 "-p", "no:cacheprovider", "-p", "no:randomly", *ex.tests]
