@@ -3,7 +3,7 @@ chat prompt (a code task and the start of an answer) from this engine's conversi
 Hugging Face transformers' own GGUF loader (it dequantizes with the same `gguf` package and
 runs its PyTorch Qwen2/Llama code), position by position: the largest absolute difference,
 top-1 agreement and the KL divergence. It also checks that both tokenizers encode the text to
-the same ids.
+the same ids and that both chat templates render the messages alike.
 
 transformers is not a dependency of this project: name an interpreter that has `torch`,
 `transformers`, `accelerate` and `gguf` with --python (a separate venv is fine; it runs as a
@@ -33,16 +33,18 @@ THEIRS = """
 import json, os, sys
 import numpy as np, torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
-path, ids_file, text_file, out = sys.argv[1:5]
+path, ids_file, text_file, out, msgs_file = sys.argv[1:6]
 folder, name = os.path.dirname(path), os.path.basename(path)
 tok = AutoTokenizer.from_pretrained(folder, gguf_file=name)
 ids = json.load(open(ids_file))
-same = tok.encode(open(text_file, encoding="utf-8").read(), add_special_tokens=False) == ids
+text = open(text_file, encoding="utf-8").read()
+same = tok.encode(text, add_special_tokens=False) == ids
+chat = tok.apply_chat_template(json.load(open(msgs_file)), tokenize=False, add_generation_prompt=True)
 model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, torch_dtype=torch.float32)
 with torch.no_grad():
     logits = model(torch.tensor([ids])).logits[0].numpy()
 np.save(out, logits)
-print(json.dumps({"same_ids": same}))
+print(json.dumps({"same_ids": same, "chat": chat}))
 """
 
 
@@ -80,21 +82,24 @@ def main(argv: list[str] | None = None) -> int:
     lm = models.load(args.model, device="cpu")
     text = lm.tokenizer.apply_chat_template(MESSAGES, tokenize=False,
                                             add_generation_prompt=True) + ANSWER
+    chat = text[:-len(ANSWER)]
     ids = lm.tokenizer.encode(text)
     ours = np.array(lm.model(mx.array([ids]))[0].astype(mx.float32))
     with tempfile.TemporaryDirectory() as tmp:
         t = Path(tmp)
         (t / "ids.json").write_text(json.dumps(ids))
         (t / "text.txt").write_text(text, encoding="utf-8")
+        (t / "messages.json").write_text(json.dumps(MESSAGES))
         run = subprocess.run([args.python, "-c", THEIRS, str(path), str(t / "ids.json"),
-                              str(t / "text.txt"), str(t / "theirs.npy")],
+                              str(t / "text.txt"), str(t / "theirs.npy"), str(t / "messages.json")],
                              capture_output=True, text=True)
         if run.returncode != 0:
             print(f"transformers' side failed:\n{run.stderr[-2000:]}", file=sys.stderr)
             return 1
-        same = json.loads(run.stdout.strip().splitlines()[-1])["same_ids"]
+        got = json.loads(run.stdout.strip().splitlines()[-1])
         theirs = np.load(t / "theirs.npy")
-    print(json.dumps(dict(model=args.model, same_token_ids=same, **compare(ours, theirs))))
+    print(json.dumps(dict(model=args.model, same_token_ids=got["same_ids"],
+                          same_chat_template=got["chat"] == chat, **compare(ours, theirs))))
     return 0
 
 
