@@ -160,3 +160,30 @@ def test_layers_at_different_offsets_reset_the_cache(llama):
     mc.cache[-1].trim(3)  # as if the last layer had not been reached
     mc.rewind_to(8)
     assert {c.offset for c in mc.cache} == {0}
+
+
+@pytest.mark.parametrize("params", [SamplingParams(), SamplingParams(repetition_penalty=1.3)])
+def test_a_bounded_plain_run_queues_no_step_after_its_last_token(llama, params):
+    """`plain_decode(limit=n)` yields the same n tokens as the endless run and feeds the model
+    n steps (pending and the first n - 1 tokens): the pipelined path queues the next step
+    before it yields a token, so without the bound a run of n costs n + 1."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from agent.engine.step import forward, plain_decode
+
+    prompt = chat_prompt(llama, "count to ten")
+    caches = []
+    for limit in (None, 5):
+        cache = make_prompt_cache(llama.model)
+        mx.eval(forward(llama.model, prompt[:-1], cache))
+        start = cache[0].offset
+        gen = plain_decode(llama.model, cache, prompt[-1], params, history=prompt, limit=limit)
+        toks = [t for _, t in zip(range(5), gen)]
+        if limit is not None:
+            assert next(gen, None) is None  # the bound ends the run
+        gen.close()
+        caches.append((toks, cache[0].offset - start))
+    (endless, fed_endless), (bounded, fed_bounded) = caches
+    assert bounded == endless and len(bounded) == 5
+    assert fed_bounded == 5
+    assert fed_endless == (5 if params.penalized else 6)  # the penalized path is not pipelined

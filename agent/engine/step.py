@@ -116,27 +116,38 @@ def plain_decode(
     params: SamplingParams,
     constraint: TokenConstraint | None = None,
     history: Sequence[int] = (),
+    limit: int | None = None,
 ) -> Iterator[int]:
-    """Endless plain decoding: feed `pending`, yield the sampled token, repeat. `history`:
-    the tokens so far, ending with `pending` (read at the start, for a repetition penalty).
+    """Plain decoding: feed `pending`, yield the sampled token, repeat; endless, or `limit`
+    tokens. `history`: the tokens so far, ending with `pending` (read at the start, for a
+    repetition penalty).
 
     Without a constraint or a penalty the next step's graph is queued before the current
     token is read (`async_eval`), overlapping Python work with compute; so when the caller
     stops, the cache may already hold the last yielded token. Callers track the cache by its
-    offset.
+    offset. With `limit`, the last token is yielded without queuing a step after it: a run of
+    n tokens costs n steps, not n + 1 (the queued step is computed whether or not it is used).
     """
     if constraint is not None or params.penalized:
         seen = list(history[-max(params.repetition_window, 1):]) if history else [pending]
-        while True:
+        made = 0
+        while limit is None or made < limit:
             pending = plain_step(model, cache, pending, params, constraint, seen)
             seen.append(pending)
             if len(seen) > 4 * max(params.repetition_window, 16):
                 del seen[: -max(params.repetition_window, 1)]
+            made += 1
             yield pending
+        return
     nxt = sample(forward(model, [pending], cache), params)
     mx.async_eval(nxt)
+    made = 0
     while True:
         cur = nxt
+        made += 1
+        if limit is not None and made >= limit:
+            yield int(cur.item())
+            return
         nxt = sample(forward(model, cur, cache), params)
         mx.async_eval(nxt)
         yield int(cur.item())
