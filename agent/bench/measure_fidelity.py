@@ -80,9 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.model} is not a GGUF model", file=sys.stderr)
         return 2
     lm = models.load(args.model, device="cpu")
-    text = lm.tokenizer.apply_chat_template(MESSAGES, tokenize=False,
-                                            add_generation_prompt=True) + ANSWER
-    chat = text[:-len(ANSWER)]
+    chat = lm.tokenizer.apply_chat_template(MESSAGES, tokenize=False, add_generation_prompt=True)
+    text = chat + ANSWER
     ids = lm.tokenizer.encode(text)
     ours = np.array(lm.model(mx.array([ids]))[0].astype(mx.float32))
     with tempfile.TemporaryDirectory() as tmp:

@@ -538,12 +538,10 @@ class Speculator:
         speculative rounds expect."""
         gen = plain_decode(session.target.model, session.tcache.cache, pending, params, constraint,
                            session.tokens, limit=max(n, 1))
-        made = 0
         try:
-            for tok in gen:
-                made += 1
+            for tok in gen:  # the bound ends the run after its n-th token (at least one)
                 yield tok
-                if made >= n or cancel.cancelled:
+                if cancel.cancelled:
                     break
         finally:
             gen.close()
