@@ -73,6 +73,10 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    "(0 = never, the default; e.g. 0.7)")
     g.add_argument("--max-fix-rounds", type=int, metavar="N",
                    help="failed checks given back to the model per message (0 = off; default 2)")
+    g.add_argument("--fix-mode", choices=CHOICES["fix_mode"],
+                   help="after a failed test run (test_cmd): repair (the failure goes back to "
+                   "the model, the default) or resample (a fresh reply to the message, sampled "
+                   "without the failed attempts); the best tested attempt is kept either way")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -236,7 +240,7 @@ def _flags(args: argparse.Namespace) -> dict:
             "approval_mode", "auto_commit", "constrained_calls", "tool_choice", "dirty_files",
             "shell_timeout_s", "sandbox", "allow_network", "engine", "base_url", "tool_format",
             "edit_format", "attach_mentioned", "repetition_penalty", "lint_cmd", "test_cmd",
-            "auto_lint", "max_fix_rounds", "resample_temperature")
+            "auto_lint", "max_fix_rounds", "resample_temperature", "fix_mode")
     out = {k: getattr(args, k, None) for k in keys}
     if args.command == "bench" and getattr(args, "what", "") in ("lookup", "grammar"):
         out["model"] = out["model"] or "embedded"  # fast; these measure the engine, not quality

@@ -23,6 +23,7 @@ from tools import TOOLS, ToolContext, ToolResult, call_tool
 from tools.denylist import denylisted
 
 from .approvals import Decision, decide
+from .attempts import BROKEN, Attempts, fresh_temperature, read_files, run_score
 from .backend import Backend, ModelError
 from ..cancel import CancelToken
 from ..config import Config
@@ -38,6 +39,7 @@ from .callformat import ParsedCall, format_result, parse_calls, strip_calls
 from .preview import approval_request, scope_keys
 from .attach import ATTACHED, attach_mentions
 from .prompt import system_prompt
+from .resample import at_temperature, can_resample
 from .searchreplace import FIX_HOW, apply_edits, is_edit_fence, parse_edits, whole_fixes, whole_verdict
 from .wholefile import judge, parse_blocks, quotes
 from ..choices import BLOCK_EDIT_FORMATS
@@ -117,6 +119,10 @@ class _Run:
     changed_any: bool = False  # an edit of this message applied
     repeated: bool = False  # the last reply still repeats an earlier one (core/resample.py)
     nudged: bool = False  # ... and the model was told so (or that its file changed nothing)
+    base: int = 0  # the history's length once the message was added (its replies come after)
+    touched: list[str] = field(default_factory=list)  # every file this message changed
+    attempts: Attempts = field(default_factory=Attempts)  # its test runs (core/attempts.py)
+    fresh: bool = False  # the next reply answers the message afresh (fix_mode "resample")
 
 
 class Conversation:
@@ -197,6 +203,7 @@ class Conversation:
         if self.cfg.attach_mentioned:
             text, _ = attach_mentions(text, self.ctx, plain=True, listing=self.user_messages == 0)
         self._append({"role": "user", "content": text})
+        run.base = len(self.messages)
         for turn in range(1, self.cfg.max_turns + 1):
             run.turn = turn
             if run.cancel.cancelled:
@@ -261,6 +268,7 @@ class Conversation:
             note = yield from self._checks(run)
             if note:
                 return note
+        yield from self._keep_best(run)
         return (yield from self._stop_hooks(run))
 
     def _finish_answer(self, run: _Run, stats: GenerationStats | None) -> Iterator[Event]:
@@ -273,10 +281,16 @@ class Conversation:
             yield from self._finish(run, "answered")
 
     def _model_turn(self, run: _Run) -> Iterator[Event]:
-        from .resample import MAX_RESAMPLES, at_temperature, can_resample, reason
+        from .resample import MAX_RESAMPLES, reason
 
         messages = yield from self._fit()
-        reply, stats = yield from self._sample(messages, run)
+        if run.fresh:  # the message alone, without the failed attempts and their test runs
+            run.fresh = False
+            with at_temperature(self.model, fresh_temperature(self.cfg),
+                                len(self.messages) * 100 + 50):
+                reply, stats = yield from self._sample(messages[:run.base], run)
+        else:
+            reply, stats = yield from self._sample(messages, run)
         temp = self.cfg.resample_temperature
         for attempt in range(1, MAX_RESAMPLES + 1):
             why = reason(reply, getattr(stats, "finish_reason", ""), self.messages)
@@ -401,6 +415,9 @@ class Conversation:
                 results.append(format_result(call.name, result))
                 changed += result.changed
                 run.edited += result.changed
+                run.touched += result.changed
+                if result.changed:
+                    run.attempts.edited()
                 run.changed_any = run.changed_any or bool(result.changed)
         finally:
             yield from self._commit(changed, run)
@@ -485,11 +502,37 @@ class Conversation:
             back = not out.ok and run.fix_rounds < self.cfg.max_fix_rounds
             shown = out.output + (f"\n{out.missing}" if out.missing else "")
             yield CheckRun(out.kind, out.command, out.ok, shown, run.fix_rounds + 1, back)
+            if out.kind == "test":
+                files = read_files(self.root, run.touched)
+                run.attempts.tested_run(run_score(out.ok, out.output), files, run.fix_rounds)
+            elif not out.ok:
+                run.attempts.rejected()
             if not out.ok:
                 run.fix_rounds += back
+                if back and out.kind == "test" and self.cfg.fix_mode == "resample" \
+                        and can_resample(self.model):
+                    run.fresh = True
+                    yield Warning(f"{run_score(out.ok, out.output).describe()}; answering the "
+                                  "message afresh (fix_mode resample)")
                 whole = whole_fixes(self.cfg.edit_format, edited, self.root)
                 return feedback(out, self.root, whole) if back else ""
         return ""
+
+    def _keep_best(self, run: _Run) -> Iterator[Event]:
+        """Write back the best tested attempt of the message when its files are now worse."""
+        best = run.attempts.to_restore()
+        if best is None or run.cancel.cancelled:
+            return
+        now = run.attempts.now
+        calls = [ParsedCall("write_file", {"path": p, "content": c})
+                 for p, c in best.files.items() if c is not None]
+        yield Warning(f"kept the attempt of fix round {best.round} ({best.score.describe()}): "
+                      f"the last one is worse ({'it failed a check' if now is BROKEN else now.describe()})")
+        run.edited = []
+        if calls:
+            yield from self._run_calls(run, calls, record=False)
+        run.edited = []  # the restored files were tested as they are
+        run.attempts.now = best.score
 
     def _snapshot(self, call: ParsedCall) -> str:
         """Save the work tree before an action that may change it ('' or why it could not be)."""

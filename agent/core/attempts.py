@@ -1,0 +1,125 @@
+"""The best attempt of a message by its test runs, and what a failed test run leads to.
+
+With `test_cmd` set, the lint-and-test loop (core/checks.py) runs the tests after each reply
+that edits files. A fix can pass fewer tests than the attempt before it (a small model often
+rewrites working code while it fixes one case, or breaks the file), so each test run records
+the files the message edited, as they were tested, with a score read from the run's summary
+(`run_score`). When the message ends with its files worse than an earlier attempt (fewer tests
+passing, or a later edit that no longer compiles), that attempt's files are written back.
+
+`fix_mode` says what a failed test run leads to while fix rounds are left:
+- "repair" (the default): the failure goes back to the model, which replies to it;
+- "resample": the model writes a fresh reply to the message itself, sampled at
+  `resample_temperature` (0.7 when that is 0) with the failed attempts left out of what it
+  reads. Small models mostly write their failed code again when shown the failure; independent
+  samples differ, and the tests pick the best. It suits the "whole" edit format, where every
+  reply carries the whole file.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+FRESH_TEMPERATURE = 0.7  # "resample" with resample_temperature = 0
+
+# pytest's last line: "== 2 failed, 7 passed, 1 error in 0.12s ==" (any order, any subset).
+_PYTEST_COUNT = re.compile(r"(\d+) (passed|failed|errors?|xfailed|xpassed|skipped)\b")
+_PYTEST_TAIL = re.compile(r"\bin \d+(?:\.\d+)?s\b")
+# unittest: "Ran 7 tests in 0.001s" then "OK" or "FAILED (failures=2, errors=1)".
+_UNITTEST_RAN = re.compile(r"^Ran (\d+) tests? in ", re.M)
+_UNITTEST_BAD = re.compile(r"\b(failures|errors)=(\d+)")
+
+
+@dataclass(frozen=True, order=True)
+class Score:
+    """How well a test run went; a larger Score is better. `passed` and `total` are -1 when the
+    output gave no counts (then only `ok` tells runs apart)."""
+
+    ok: bool
+    passed: int = -1
+    total: int = -1
+
+    def describe(self) -> str:
+        if self.passed < 0:
+            return "the tests passed" if self.ok else "the tests failed"
+        return f"{self.passed} of {self.total} tests passed"
+
+
+BROKEN = Score(False, -2, -2)  # files a check before the tests rejected: worse than any run
+
+
+def run_score(ok: bool, output: str) -> Score:
+    """The Score of a test run from its exit status and its output's summary (pytest's last
+    line or unittest's "Ran N tests" and "FAILED (...)"); counts only when one was found."""
+    lines = [ln for ln in output.strip().splitlines() if ln.strip()]
+    for line in reversed(lines[-5:]):
+        if _PYTEST_TAIL.search(line) or "no tests ran" in line:
+            counts: dict[str, int] = {}
+            for n, kind in _PYTEST_COUNT.findall(line):
+                counts[kind.rstrip("s") if kind.startswith("error") else kind] = int(n)
+            passed = counts.get("passed", 0) + counts.get("xfailed", 0)
+            bad = counts.get("failed", 0) + counts.get("error", 0) + counts.get("xpassed", 0)
+            if counts or "no tests ran" in line:
+                return Score(ok, passed, passed + bad)
+    ran = _UNITTEST_RAN.findall(output)
+    if ran:
+        total = int(ran[-1])
+        bad = sum(int(n) for _, n in _UNITTEST_BAD.findall(output[output.rfind("Ran "):]))
+        return Score(ok, max(total - bad, 0), total)
+    return Score(ok)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """The files a message edited, as one test run saw them (None: the file did not exist)."""
+
+    score: Score
+    files: dict[str, str | None]
+    round: int  # the fix round whose reply the run tested (0 = the first reply)
+
+
+def fresh_temperature(cfg) -> float:
+    """The temperature of a fresh reply (fix_mode "resample")."""
+    return cfg.resample_temperature or FRESH_TEMPERATURE
+
+
+def read_files(root: Path, paths: list[str]) -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for p in dict.fromkeys(paths):
+        try:
+            out[p] = (root / p).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            out[p] = None
+        except (OSError, UnicodeDecodeError, ValueError):
+            continue  # not text we can write back: left out of the attempt
+    return out
+
+
+class Attempts:
+    """The tested attempts of one message: the best so far and the state of the files now."""
+
+    def __init__(self) -> None:
+        self.best: Attempt | None = None
+        self.now: Score | None = None  # the files as they are: None = not tested since an edit
+        self.tested = 0
+
+    def edited(self) -> None:
+        self.now = None
+
+    def rejected(self) -> None:
+        """A check before the tests failed on the files as they are now."""
+        self.now = BROKEN
+
+    def tested_run(self, score: Score, files: dict[str, str | None], round_: int) -> None:
+        self.now = score
+        self.tested += 1
+        if self.best is None or score > self.best.score:
+            self.best = Attempt(score, files, round_)
+
+    def to_restore(self) -> Attempt | None:
+        """The best attempt, when the files are now worse than it (and not merely untested)."""
+        if self.best is None or self.now is None or not self.now < self.best.score:
+            return None
+        return self.best

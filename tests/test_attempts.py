@@ -1,0 +1,170 @@
+"""The best tested attempt of a message, and fix_mode "resample" (agent/core/attempts.py)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from agent.config import ConfigError, load_config
+from agent.core.attempts import BROKEN, Score, run_score
+from agent.events import CheckRun, Warning
+from scripted import conversation, full_auto, git_repo  # noqa: F401
+from test_resample import Sampled
+
+# calc_test.py has three tests; each version of add passes a known number of them.
+TESTS = """import unittest
+from calc import add
+
+class T(unittest.TestCase):
+    def test_small(self):
+        self.assertEqual(add(1, 1), 2)
+    def test_zero(self):
+        self.assertEqual(add(0, 5), 5)
+    def test_neg(self):
+        self.assertEqual(add(-1, -1), -2)
+"""
+TWO = "calc.py\n```python\ndef add(a, b):\n    return abs(a) + abs(b)\n```\n"  # 2 of 3
+ONE = "calc.py\n```python\ndef add(a, b):\n    return a * b + 1\n```\n"  # 1 of 3 (small)
+NONE = "calc.py\n```python\ndef add(a, b):\n    return None\n```\n"  # 0 of 3
+BROKEN_CODE = "calc.py\n```python\ndef add(a, b):\n    return a +\n```\n"
+RIGHT = "calc.py\n```python\ndef add(a, b):\n    return a + b\n```\n"
+TEST_CMD = f"{sys.executable} -m pytest -q -p no:cacheprovider calc_test.py"
+
+
+def _setup(root):
+    (root / "calc_test.py").write_text(TESTS)
+    subprocess.run(["git", "add", "calc_test.py"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-qm", "tests"], cwd=root, check=True)
+
+
+def _send(conv, text="make add pass calc_test.py"):
+    events = list(conv.send(text))
+    return [e for e in events if isinstance(e, CheckRun) and e.kind == "test"], events
+
+
+def _cfg(**over):
+    return full_auto(edit_format="whole", sandbox="off", test_cmd=TEST_CMD, **over)
+
+
+def _code(root):
+    return (root / "calc.py").read_text()
+
+
+# ---- scores -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ok, output, want", [
+    (False, "F..\n1 failed, 2 passed in 0.03s", Score(False, 2, 3)),
+    (False, "====== 2 failed, 1 passed, 1 error in 0.10s ======", Score(False, 1, 4)),
+    (True, "...\n3 passed in 0.01s", Score(True, 3, 3)),
+    (False, "E\n1 error in 0.05s", Score(False, 0, 1)),
+    (False, "no tests ran in 0.01s", Score(False, 0, 0)),
+    (False, "F.\n---\nRan 2 tests in 0.000s\n\nFAILED (failures=1)", Score(False, 1, 2)),
+    (False, "Ran 5 tests in 0.001s\n\nFAILED (failures=1, errors=2)", Score(False, 2, 5)),
+    (True, "Ran 4 tests in 0.000s\n\nOK", Score(True, 4, 4)),
+    (False, "Segmentation fault", Score(False)),
+    (True, "all good", Score(True)),
+])
+def test_scores_from_pytest_and_unittest_summaries(ok, output, want):
+    assert run_score(ok, output) == want
+
+
+def test_scores_order_passing_first_then_more_tests_passed():
+    assert Score(True, 3, 3) > Score(False, 2, 3) > Score(False, 1, 3) > Score(False, 0, 3)
+    assert Score(False) > BROKEN and Score(False, 0, 0) > BROKEN
+    assert Score(True) > Score(False)
+
+
+# ---- the best attempt is kept -------------------------------------------------------------
+
+
+def test_a_worse_fix_is_replaced_by_the_best_tested_attempt(git_repo):
+    _setup(git_repo)
+    model = Sampled([TWO, ONE, NONE])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=2))
+    tests, events = _send(conv)
+    assert [(c.ok, run_score(c.ok, c.output).passed) for c in tests] == [
+        (False, 2), (False, 1), (False, 0)]
+    kept = [e.message for e in events if isinstance(e, Warning) and "kept the attempt" in e.message]
+    assert kept and "2 of 3 tests passed" in kept[0] and "0 of 3" in kept[0]
+    assert _code(git_repo) == "def add(a, b):\n    return abs(a) + abs(b)\n"
+    # the restored file is committed like any edit of the agent's
+    assert "abs(a)" in subprocess.run(["git", "show", "HEAD:calc.py"], cwd=git_repo,
+                                      capture_output=True, text=True).stdout
+
+
+def test_a_last_fix_that_does_not_compile_is_replaced(git_repo):
+    _setup(git_repo)
+    model = Sampled([ONE, BROKEN_CODE])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=1))
+    _send(conv)
+    assert _code(git_repo) == "def add(a, b):\n    return a * b + 1\n"
+
+
+def test_a_fix_that_passes_stands_and_nothing_is_restored(git_repo):
+    _setup(git_repo)
+    model = Sampled([ONE, RIGHT])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=2))
+    tests, events = _send(conv)
+    assert [c.ok for c in tests] == [False, True]
+    assert not any(isinstance(e, Warning) and "kept the attempt" in e.message for e in events)
+    assert _code(git_repo) == "def add(a, b):\n    return a + b\n"
+
+
+def test_a_better_last_fix_stands(git_repo):
+    _setup(git_repo)
+    model = Sampled([ONE, TWO])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=1))
+    _, events = _send(conv)
+    assert not any(isinstance(e, Warning) and "kept the attempt" in e.message for e in events)
+    assert "abs(a)" in _code(git_repo)
+
+
+# ---- fix_mode "resample" ------------------------------------------------------------------
+
+
+def test_resample_answers_the_message_afresh_without_the_failed_attempts(git_repo):
+    _setup(git_repo)
+    model = Sampled([ONE, RIGHT])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=2, fix_mode="resample"))
+    tests, events = _send(conv)
+    assert [c.ok for c in tests] == [False, True]
+    first, second = model.seen
+    assert second == first  # the same messages: the task alone, not the failed reply
+    assert second[-1]["role"] == "user" and "make add pass" in second[-1]["content"]
+    assert model.temps == [0.0, 0.7] and model.params.temperature == 0.0
+    assert any(isinstance(e, Warning) and "afresh" in e.message for e in events)
+    # the history keeps every attempt and the test run that followed it
+    roles = [m["role"] for m in conv.messages[1:]]
+    assert roles == ["user", "assistant", "user", "assistant"]
+    assert "The tests failed" in conv.messages[3]["content"]
+
+
+def test_resample_uses_resample_temperature_when_set_and_keeps_the_best(git_repo):
+    _setup(git_repo)
+    model = Sampled([TWO, NONE, ONE])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=2, fix_mode="resample",
+                                              resample_temperature=0.9))
+    _send(conv)
+    assert model.temps == [0.0, 0.9, 0.9]
+    assert len({m[-1]["content"] for m in model.seen}) == 1
+    assert "abs(a)" in _code(git_repo)
+
+
+def test_repair_is_the_default_and_sends_the_failure_back(git_repo):
+    _setup(git_repo)
+    model = Sampled([ONE, RIGHT])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=2))
+    _send(conv)
+    assert model.temps == [0.0, 0.0]
+    assert "The tests failed" in model.seen[1][-1]["content"]
+
+
+def test_fix_mode_is_a_checked_choice(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPEC_AGENT_FIX_MODE", "retry")
+    with pytest.raises(ConfigError, match="fix_mode"):
+        load_config(tmp_path)
+    monkeypatch.setenv("SPEC_AGENT_FIX_MODE", "resample")
+    assert load_config(tmp_path).fix_mode == "resample"
