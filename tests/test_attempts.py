@@ -168,3 +168,14 @@ def test_fix_mode_is_a_checked_choice(tmp_path, monkeypatch):
         load_config(tmp_path)
     monkeypatch.setenv("SPEC_AGENT_FIX_MODE", "resample")
     assert load_config(tmp_path).fix_mode == "resample"
+
+
+def test_a_fresh_reply_that_repeats_is_resampled_from_the_same_view(git_repo):
+    _setup(git_repo)
+    model = Sampled([ONE, ONE, RIGHT])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=2, fix_mode="resample",
+                                              resample_temperature=0.8))
+    tests, _ = _send(conv)
+    assert [c.ok for c in tests] == [False, True]
+    assert model.temps == [0.0, 0.8, 0.8]
+    assert model.seen[1] == model.seen[2] == model.seen[0]  # the repeat's resample: same view

@@ -284,11 +284,12 @@ class Conversation:
         from .resample import MAX_RESAMPLES, reason
 
         messages = yield from self._fit()
-        if run.fresh:  # the message alone, without the failed attempts and their test runs
-            run.fresh = False
+        fresh, run.fresh = run.fresh, False
+        if fresh:  # the message alone, without the failed attempts and their test runs
+            messages = messages[:run.base]
             with at_temperature(self.model, fresh_temperature(self.cfg),
                                 len(self.messages) * 100 + 50):
-                reply, stats = yield from self._sample(messages[:run.base], run)
+                reply, stats = yield from self._sample(messages, run)
         else:
             reply, stats = yield from self._sample(messages, run)
         temp = self.cfg.resample_temperature
