@@ -56,6 +56,15 @@ def test_judge_skips_quotes_refuses_snippets_and_paths_outside(git_repo):
     (git_repo / "consts.py").write_text("X = 1\n")
     assert judge(FileBlock("consts.py", "X = 2\n"), git_repo) == ""  # no definitions to lose
     assert judge(FileBlock(".git/config", "[core]\n"), git_repo) not in ("", "same")
+    # A shorter whole rewrite of a Python file (every top-level definition again) is applied;
+    # a short block that leaves a definition out is a snippet.
+    doc = '    """' + "\n    ".join(f"Line {i} of a long docstring." for i in range(12)) + '"""\n'
+    (git_repo / "acr.py").write_text("import re\n\n\ndef abbreviate(words):\n" + doc
+                                      + "    return words\n\n\nclass Helper:\n    pass\n")
+    short = "def abbreviate(words):\n    return words[:1]\n\n\nclass Helper:\n    pass\n"
+    assert judge(FileBlock("acr.py", short), git_repo) == ""
+    assert "not applied" in judge(FileBlock("acr.py", "def abbreviate(words):\n    return 1\n"),
+                                  git_repo)
 
 
 def test_a_whole_file_reply_is_written_and_committed(git_repo):

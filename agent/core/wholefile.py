@@ -16,10 +16,11 @@ Small models get whole-file rewrites right far more often than exact search/repl
 prompt lookup drafts the unchanged lines from the attached copy, so they cost little to decode.
 A block is applied as a write_file call (same approvals, snapshot, confinement and commit),
 except: a block identical to the file (a quote, not a change) and, for an existing file of at
-least `MIN_LINES` lines, a block with under half its lines, and for an existing Python file
-that defines functions or classes, a block that defines none (a snippet, not the whole file:
-small models copy an example statement from the instructions as the file) are not applied;
-the latter two are reported (and, unless the block only quotes the file's own
+least `MIN_LINES` lines, a block with under half its lines (unless, in Python, it defines
+every top-level function and class the file does: a whole rewrite), and for an existing
+Python file that defines functions or classes, a block that defines none (a snippet, not the
+whole file: small models copy an example statement from the instructions as the file) are
+not applied; the latter two are reported (and, unless the block only quotes the file's own
 lines, the model is told, see `quotes`).
 """
 
@@ -156,7 +157,7 @@ def judge(block: FileBlock, root: Path) -> str:
     if old.rstrip("\n") == block.content.rstrip("\n"):
         return "same"
     old_lines, new_lines = old.count("\n") + 1, block.content.count("\n") + 1
-    if old_lines >= MIN_LINES and new_lines * 2 < old_lines:
+    if old_lines >= MIN_LINES and new_lines * 2 < old_lines and not _redefines(old, block):
         return (f"the code block for {block.path} has {new_lines} of the file's {old_lines} "
                 "lines: not applied (write the whole file to change it)")
     if block.path.endswith((".py", ".pyi")) and not DEFINES.search(block.content):
@@ -166,6 +167,15 @@ def judge(block: FileBlock, root: Path) -> str:
             return (f"the code block for {block.path} defines none of the file's functions and "
                     f"classes ({shown}): not applied (write the whole file to change it)")
     return ""
+
+
+def _redefines(old: str, block: FileBlock) -> bool:
+    """Does a shorter Python block define every top-level function and class of the file (a
+    whole rewrite, e.g. without the long docstrings of the version before, not a snippet)?"""
+    if not block.path.endswith((".py", ".pyi")):
+        return False
+    names = set(DEFINES.findall(old))
+    return bool(names) and names <= set(DEFINES.findall(block.content))
 
 
 def quotes(block: FileBlock, root: Path) -> bool:
