@@ -6,12 +6,12 @@ import subprocess
 import sys
 
 import pytest
+from scripted import conversation, full_auto, git_repo  # noqa: F401
+from test_resample import Sampled
 
 from agent.config import ConfigError, load_config
 from agent.core.attempts import BROKEN, Score, run_score
 from agent.events import CheckRun, Warning
-from scripted import conversation, full_auto, git_repo  # noqa: F401
-from test_resample import Sampled
 
 # calc_test.py has three tests; each version of add passes a known number of them.
 TESTS = """import unittest
@@ -87,11 +87,12 @@ def test_a_worse_fix_is_replaced_by_the_best_tested_attempt(git_repo):
     tests, events = _send(conv)
     assert [(c.ok, run_score(c.ok, c.output).passed) for c in tests] == [
         (False, 2), (False, 1), (False, 0)]
-    kept = [e.message for e in events if isinstance(e, Warning) and "kept the attempt" in e.message]
-    assert kept and "2 of 3 tests passed" in kept[0] and "0 of 3" in kept[0]
+    kept = [e.message for e in events if isinstance(e, Warning) and "kept attempt" in e.message]
+    assert kept and "attempt 1 " in kept[0] and "2 of 3 tests passed" in kept[0]
+    assert "0 of 3" in kept[0]
     assert _code(git_repo) == "def add(a, b):\n    return abs(a) + abs(b)\n"
     # the restored file is committed like any edit of the agent's
-    assert "abs(a)" in subprocess.run(["git", "show", "HEAD:calc.py"], cwd=git_repo,
+    assert "abs(a)" in subprocess.run(["git", "show", "HEAD:calc.py"], cwd=git_repo, check=True,
                                       capture_output=True, text=True).stdout
 
 
@@ -109,7 +110,7 @@ def test_a_fix_that_passes_stands_and_nothing_is_restored(git_repo):
     conv = conversation(git_repo, model, _cfg(max_fix_rounds=2))
     tests, events = _send(conv)
     assert [c.ok for c in tests] == [False, True]
-    assert not any(isinstance(e, Warning) and "kept the attempt" in e.message for e in events)
+    assert not any(isinstance(e, Warning) and "kept attempt" in e.message for e in events)
     assert _code(git_repo) == "def add(a, b):\n    return a + b\n"
 
 
@@ -118,7 +119,7 @@ def test_a_better_last_fix_stands(git_repo):
     model = Sampled([ONE, TWO])
     conv = conversation(git_repo, model, _cfg(max_fix_rounds=1))
     _, events = _send(conv)
-    assert not any(isinstance(e, Warning) and "kept the attempt" in e.message for e in events)
+    assert not any(isinstance(e, Warning) and "kept attempt" in e.message for e in events)
     assert "abs(a)" in _code(git_repo)
 
 

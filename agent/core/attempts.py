@@ -28,7 +28,7 @@ FRESH_TEMPERATURE = 0.7  # "resample" with resample_temperature = 0
 _PYTEST_COUNT = re.compile(r"(\d+) (passed|failed|errors?|xfailed|xpassed|skipped)\b")
 _PYTEST_TAIL = re.compile(r"\bin \d+(?:\.\d+)?s\b")
 # unittest: "Ran 7 tests in 0.001s" then "OK" or "FAILED (failures=2, errors=1)".
-_UNITTEST_RAN = re.compile(r"^Ran (\d+) tests? in ", re.M)
+_UNITTEST_RAN = re.compile(r"^Ran (\d+) tests? in ", re.MULTILINE)
 _UNITTEST_BAD = re.compile(r"\b(failures|errors)=(\d+)")
 
 
@@ -77,7 +77,7 @@ class Attempt:
 
     score: Score
     files: dict[str, str | None]
-    round: int  # the fix round whose reply the run tested (0 = the first reply)
+    round: int  # which check round of the message tested it (1 = the first reply's)
 
 
 def fresh_temperature(cfg) -> float:

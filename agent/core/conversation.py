@@ -505,7 +505,7 @@ class Conversation:
             yield CheckRun(out.kind, out.command, out.ok, shown, run.fix_rounds + 1, back)
             if out.kind == "test":
                 files = read_files(self.root, run.touched)
-                run.attempts.tested_run(run_score(out.ok, out.output), files, run.fix_rounds)
+                run.attempts.tested_run(run_score(out.ok, out.output), files, run.fix_rounds + 1)
             elif not out.ok:
                 run.attempts.rejected()
             if not out.ok:
@@ -527,8 +527,9 @@ class Conversation:
         now = run.attempts.now
         calls = [ParsedCall("write_file", {"path": p, "content": c})
                  for p, c in best.files.items() if c is not None]
-        yield Warning(f"kept the attempt of fix round {best.round} ({best.score.describe()}): "
-                      f"the last one is worse ({'it failed a check' if now is BROKEN else now.describe()})")
+        last = "it failed a check" if now is BROKEN else now.describe()
+        yield Warning(f"kept attempt {best.round} of this message ({best.score.describe()}); "
+                      f"the last attempt is worse ({last})")
         run.edited = []
         if calls:
             yield from self._run_calls(run, calls, record=False)
