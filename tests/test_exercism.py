@@ -127,6 +127,25 @@ def test_one_try_only_sends_no_test_output():
     assert len(model.seen) == 1 and "FAILED" in r.detail[0]["test_output"]
 
 
+def test_with_a_test_command_the_agent_runs_the_tests_inside_the_try():
+    """Not Aider's protocol (its model sees test output only in try 2): with test_cmd set,
+    the agent's own lint-and-test loop runs the exercise's tests after each edit, and a
+    worse fix is undone before the harness grades."""
+    import sys
+
+    ex = exm.load_exercises(ROOT, "armstrong-numbers")[0]
+    wrong = _reply(ex, "def is_armstrong_number(number):\n    return False\n")
+    worse = _reply(ex, "def is_armstrong_number(number):\n    return number.missing\n")
+    model = ScriptedModel([wrong, worse, _reply(ex, _example(ex))])
+    cfg = replace(_cfg(), test_cmd=f"{sys.executable} -m pytest -q -p no:cacheprovider",
+                  max_fix_rounds=1)
+    r = run_exercise(ex, cfg, lambda ctx: model, 60.0, n_tries=1)
+    assert r.passed_1 is False and r.detail[0]["fed_back"] == ["test"]
+    assert "The tests failed" in model.seen[1][-1]["content"]
+    # the fix passed fewer tests than the first reply, so the first reply's file was graded
+    assert r.detail[0]["solution"].strip() == "def is_armstrong_number(number):\n    return False"
+
+
 def test_no_edit_is_not_well_formed_and_fails():
     ex = exm.load_exercises(ROOT, "bob")[0]
     model = ScriptedModel(["I would write a function.", "Still no code."])
