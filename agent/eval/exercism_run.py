@@ -49,7 +49,8 @@ class Try:
     solution: str = ""  # the solution file(s) as graded (clipped)
     # What went back to the model inside the try: a failed check's kind (syntax, ruff, names),
     # "refused" (a whole-file block not applied; fed back unless it quoted the file), "unchanged"
-    # (a file written out again as it was).
+    # (a file written out again as it was); not fed back but recorded here: "kept" (the
+    # message's best tested attempt written back over a worse last one).
     fed_back: list[str] = field(default_factory=list)
 
 
@@ -88,6 +89,8 @@ def _one_try(conv, text: str, cancel: CancelToken) -> Try:
             t.fed_back.append("refused")
         elif isinstance(ev, Warning) and "out unchanged" in ev.message:
             t.fed_back.append("unchanged")
+        elif isinstance(ev, Warning) and ev.message.startswith("kept attempt"):
+            t.fed_back.append("kept")  # a worse last attempt undone (core/attempts.py)
         elif isinstance(ev, CheckRun) and ev.fed_back:
             t.fed_back.append(ev.kind)
         elif isinstance(ev, AgentResult):
