@@ -98,7 +98,8 @@ class Config:
     # again at this temperature (agent/core/resample.py); 0 = never (the default: on the
     # Exercism tune subset it doubled the tokens and passed nothing more).
     resample_temperature: float = 0.0
-    # What a failed test run leads to while fix rounds are left (agent/core/attempts.py):
+    # What a failed test run (or a reply whose code was not applied) leads to while fix
+    # rounds are left (agent/core/attempts.py):
     # "repair" (the failure goes back to the model) or "resample" (a fresh reply to the
     # message, sampled without the failed attempts; the tests pick the best). Either way the
     # best tested attempt of a message is kept when a later one is worse.

@@ -180,3 +180,15 @@ def test_a_fresh_reply_that_repeats_is_resampled_from_the_same_view(git_repo):
     assert [c.ok for c in tests] == [False, True]
     assert model.temps == [0.0, 0.8, 0.8]
     assert model.seen[1] == model.seen[2] == model.seen[0]  # the repeat's resample: same view
+
+
+def test_resample_answers_a_refused_block_afresh(git_repo):
+    _setup(git_repo)
+    snippet = "calc.py\n```python\nadd(1, 1)\n```\n"  # defines nothing: not applied
+    model = Sampled([snippet, RIGHT])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=2, fix_mode="resample"))
+    tests, events = _send(conv)
+    assert [c.ok for c in tests] == [True]
+    assert model.temps == [0.0, 0.7] and model.seen[1] == model.seen[0]
+    assert any(isinstance(e, Warning) and "not applied; answering" in e.message for e in events)
+    assert _code(git_repo) == "def add(a, b):\n    return a + b\n"

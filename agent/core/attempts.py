@@ -7,7 +7,8 @@ the files the message edited, as they were tested, with a score read from the ru
 (`run_score`). When the message ends with its files worse than an earlier attempt (fewer tests
 passing, or a later edit that no longer compiles), that attempt's files are written back.
 
-`fix_mode` says what a failed test run leads to while fix rounds are left:
+`fix_mode` says what a failed test run, or a reply whose code block was not applied (a
+snippet, see core/wholefile.py), leads to while fix rounds are left:
 - "repair" (the default): the failure goes back to the model, which replies to it;
 - "resample": the model writes a fresh reply to the message itself, sampled at
   `resample_temperature` (0.7 when that is 0) with the failed attempts left out of what it
