@@ -190,5 +190,5 @@ def test_resample_answers_a_refused_block_afresh(git_repo):
     tests, events = _send(conv)
     assert [c.ok for c in tests] == [True]
     assert model.temps == [0.0, 0.7] and model.seen[1] == model.seen[0]
-    assert any(isinstance(e, Warning) and "not applied; answering" in e.message for e in events)
+    assert any(isinstance(e, Warning) and "could not be used; answering" in e.message for e in events)
     assert _code(git_repo) == "def add(a, b):\n    return a + b\n"

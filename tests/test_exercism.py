@@ -141,6 +141,7 @@ def test_with_a_test_command_the_agent_runs_the_tests_inside_the_try():
                   max_fix_rounds=1)
     r = run_exercise(ex, cfg, lambda ctx: model, 60.0, n_tries=1)
     assert r.passed_1 is False and r.detail[0]["fed_back"] == ["test", "kept"]
+    assert any(w.startswith("kept attempt 1") for w in r.detail[0]["warnings"])
     assert "The tests failed" in model.seen[1][-1]["content"]
     # the fix passed fewer tests than the first reply, so the first reply's file was graded
     assert r.detail[0]["solution"].strip() == "def is_armstrong_number(number):\n    return False"

@@ -255,8 +255,8 @@ class Conversation:
             run.fix_rounds += 1  # a refused block counts as a failed check of the reply
             if self.cfg.fix_mode == "resample" and can_resample(self.model):
                 run.fresh = True  # (at greedy the model writes the refused block again)
-                yield Warning("the reply's code was not applied; answering the message afresh "
-                              "(fix_mode resample)")
+                yield Warning("the reply's code could not be used; answering the message "
+                              "afresh (fix_mode resample)")
             if self.cfg.edit_format in FIX_HOW:
                 return REFUSED_EDIT.format(why="\n".join(refused), how=FIX_HOW[self.cfg.edit_format])
             return REFUSED.format(why="\n".join(refused))

@@ -30,6 +30,7 @@ from ..config import Config
 from .exercism import Exercise, grade, make_repo, restore_tests
 
 EDIT_TOOLS = ("write_file", "edit_file")
+MAX_WARNINGS = 20  # kept per try in a record
 
 
 @dataclass
@@ -52,6 +53,7 @@ class Try:
     # (a file written out again as it was); not fed back but recorded here: "kept" (the
     # message's best tested attempt written back over a worse last one).
     fed_back: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # the agent's warnings (clipped)
 
 
 @dataclass
@@ -81,6 +83,8 @@ def _one_try(conv, text: str, cancel: CancelToken) -> Try:
 
     t = Try()
     for ev in conv.send(text, cancel):
+        if isinstance(ev, Warning) and len(t.warnings) < MAX_WARNINGS:
+            t.warnings.append(ev.message[:300])
         if isinstance(ev, ToolCallFinished) and ev.name in EDIT_TOOLS:
             t.edits += ev.ok
             t.rejected += not ev.ok
