@@ -104,23 +104,17 @@ def test_a_last_fix_that_does_not_compile_is_replaced(git_repo):
     assert _code(git_repo) == "def add(a, b):\n    return a * b + 1\n"
 
 
-def test_a_fix_that_passes_stands_and_nothing_is_restored(git_repo):
+@pytest.mark.parametrize("last, rounds, code", [
+    (RIGHT, 2, "def add(a, b):\n    return a + b\n"),  # it passes
+    (TWO, 1, "def add(a, b):\n    return abs(a) + abs(b)\n"),  # it passes more tests
+])
+def test_a_better_last_fix_stands_and_nothing_is_restored(git_repo, last, rounds, code):
     _setup(git_repo)
-    model = Sampled([ONE, RIGHT])
-    conv = conversation(git_repo, model, _cfg(max_fix_rounds=2))
+    conv = conversation(git_repo, Sampled([ONE, last]), _cfg(max_fix_rounds=rounds))
     tests, events = _send(conv)
-    assert [c.ok for c in tests] == [False, True]
+    assert tests[-1].ok == (last == RIGHT)
     assert not any(isinstance(e, Warning) and "kept attempt" in e.message for e in events)
-    assert _code(git_repo) == "def add(a, b):\n    return a + b\n"
-
-
-def test_a_better_last_fix_stands(git_repo):
-    _setup(git_repo)
-    model = Sampled([ONE, TWO])
-    conv = conversation(git_repo, model, _cfg(max_fix_rounds=1))
-    _, events = _send(conv)
-    assert not any(isinstance(e, Warning) and "kept attempt" in e.message for e in events)
-    assert "abs(a)" in _code(git_repo)
+    assert _code(git_repo) == code
 
 
 # ---- fix_mode "resample" ------------------------------------------------------------------
