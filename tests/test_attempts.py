@@ -30,7 +30,7 @@ ONE = "calc.py\n```python\ndef add(a, b):\n    return a * b + 1\n```\n"  # 1 of 
 NONE = "calc.py\n```python\ndef add(a, b):\n    return None\n```\n"  # 0 of 3
 BROKEN_CODE = "calc.py\n```python\ndef add(a, b):\n    return a +\n```\n"
 RIGHT = "calc.py\n```python\ndef add(a, b):\n    return a + b\n```\n"
-TEST_CMD = f"{sys.executable} -m pytest -q -p no:cacheprovider calc_test.py"
+TEST_CMD = f"{sys.executable} -m unittest -q calc_test"  # (pytest's summary: test_scores_...)
 
 
 def _setup(root):
@@ -69,6 +69,30 @@ def _code(root):
 ])
 def test_scores_from_pytest_and_unittest_summaries(ok, output, want):
     assert run_score(ok, output) == want
+
+
+def test_a_killed_run_scores_as_broken_and_an_uncounted_failure_is_unknown():
+    from agent.core.attempts import Attempts
+
+    hung = run_score(False, "Error: timed out after 60s and was killed\n...")
+    assert hung == BROKEN and hung.describe() == "timed out after 60s and was killed"
+    a = Attempts()
+    a.tested_run(Score(False, 5, 20), {"x.py": "v1"}, 1)
+    a.tested_run(Score(False), {"x.py": "v2"}, 2)  # e.g. a runner that prints no summary
+    assert a.to_restore() is None and a.best.round == 1
+    a.tested_run(hung, {"x.py": "v3"}, 3)
+    assert a.to_restore().files == {"x.py": "v1"}
+    a.tested_run(Score(False, 5, 20), {"x.py": "v4"}, 4)  # a tie: the later attempt stands
+    assert a.to_restore() is None and a.best.round == 4
+
+
+def test_a_long_test_output_keeps_its_summary(git_repo):
+    from agent.core.checks import shell
+    from tools import ToolContext
+
+    script = "import sys; print('x' * 20000); print('1 failed, 2 passed in 0.01s'); sys.exit(1)"
+    out = shell("test", f"{sys.executable} -c \"{script}\"", ToolContext(git_repo, sandbox="off"))
+    assert run_score(out.ok, out.output) == Score(False, 2, 3)
 
 
 def test_scores_order_passing_first_then_more_tests_passed():

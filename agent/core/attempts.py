@@ -20,7 +20,7 @@ snippet, see core/wholefile.py), leads to while fix rounds are left:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 FRESH_TEMPERATURE = 0.7  # "resample" with resample_temperature = 0
@@ -41,19 +41,32 @@ class Score:
     ok: bool
     passed: int = -1
     total: int = -1
+    note: str = field(default="", compare=False)  # what a run without counts was
+
+    @property
+    def counted(self) -> bool:
+        return self.passed >= 0
 
     def describe(self) -> str:
-        if self.passed < 0:
+        if self.note:
+            return self.note
+        if not self.counted:
             return "the tests passed" if self.ok else "the tests failed"
         return f"{self.passed} of {self.total} tests passed"
 
 
-BROKEN = Score(False, -2, -2)  # files a check before the tests rejected: worse than any run
+# Worse than any run of the tests: files a check before the tests rejected, or a test run
+# killed for its time or its processes (code that hangs).
+BROKEN = Score(False, -2, -2, "it failed a check")
+_KILLED = ("Error: timed out after", "Error: had ")
 
 
 def run_score(ok: bool, output: str) -> Score:
     """The Score of a test run from its exit status and its output's summary (pytest's last
-    line or unittest's "Ran N tests" and "FAILED (...)"); counts only when one was found."""
+    line or unittest's "Ran N tests" and "FAILED (...)"); counts only when one was found. A
+    run the shell tool killed (a time limit, too many processes) scores as BROKEN."""
+    if not ok and output.startswith(_KILLED):
+        return Score(False, -2, -2, output.splitlines()[0].removeprefix("Error: "))
     lines = [ln for ln in output.strip().splitlines() if ln.strip()]
     for line in reversed(lines[-5:]):
         if _PYTEST_TAIL.search(line) or "no tests ran" in line:
@@ -116,11 +129,16 @@ class Attempts:
     def tested_run(self, score: Score, files: dict[str, str | None], round_: int) -> None:
         self.now = score
         self.tested += 1
-        if self.best is None or score > self.best.score:
+        if self.best is None or score >= self.best.score:  # a tie: the later attempt
             self.best = Attempt(score, files, round_)
 
     def to_restore(self) -> Attempt | None:
-        """The best attempt, when the files are now worse than it (and not merely untested)."""
-        if self.best is None or self.now is None or not self.now < self.best.score:
+        """The best attempt, when the files are now worse than it; None when they are not, or
+        when that is unknown: untested since an edit, or a failed run whose output gave no
+        counts to compare (a runner without a summary line)."""
+        now, best = self.now, self.best
+        if best is None or now is None or not now < best.score:
             return None
-        return self.best
+        if not now.ok and now.passed == -1 and not best.score.ok:
+            return None
+        return best

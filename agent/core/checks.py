@@ -91,10 +91,19 @@ def names(paths: list[str], root: Path) -> Outcome:
     return Outcome("names", "imports of " + " ".join(paths), not lines, "\n".join(lines))
 
 
+TEST_OUTPUT_CHARS = 65536  # a test run's output kept: its summary comes last (core/attempts.py)
+
+
 def shell(kind: str, command: str, ctx: Any) -> Outcome:
-    """A configured command through the run_shell tool (sandbox and time limit apply)."""
+    """A configured command through the run_shell tool (sandbox and time limit apply). A test
+    run keeps more output than a tool call would, so that its summary line is not cut off
+    (what goes back to the model is clipped in `feedback`)."""
+    from dataclasses import replace as _replace
+
     from tools import call_tool
 
+    if kind == "test":
+        ctx = _replace(ctx, max_output_chars=max(ctx.max_output_chars, TEST_OUTPUT_CHARS))
     r = call_tool("run_shell", {"command": command}, ctx)
     return Outcome(kind, command, r.ok, r.output)  # ok: exit code 0
 

@@ -23,7 +23,7 @@ from tools import TOOLS, ToolContext, ToolResult, call_tool
 from tools.denylist import denylisted
 
 from .approvals import Decision, decide
-from .attempts import BROKEN, Attempts, fresh_temperature, read_files, run_score
+from .attempts import Attempts, fresh_temperature, read_files, run_score
 from .backend import Backend, ModelError
 from ..cancel import CancelToken
 from ..config import Config
@@ -531,9 +531,8 @@ class Conversation:
         now = run.attempts.now
         calls = [ParsedCall("write_file", {"path": p, "content": c})
                  for p, c in best.files.items() if c is not None]
-        last = "it failed a check" if now is BROKEN else now.describe()
         yield Warning(f"kept attempt {best.round} of this message ({best.score.describe()}); "
-                      f"the last attempt is worse ({last})")
+                      f"the last attempt is worse ({now.describe()})")
         run.edited = []
         if calls:
             yield from self._run_calls(run, calls, record=False)
