@@ -117,7 +117,6 @@ class Attempts:
     def __init__(self) -> None:
         self.best: Attempt | None = None
         self.now: Score | None = None  # the files as they are: None = not tested since an edit
-        self.tested = 0
 
     def edited(self) -> None:
         self.now = None
@@ -128,7 +127,6 @@ class Attempts:
 
     def tested_run(self, score: Score, files: dict[str, str | None], round_: int) -> None:
         self.now = score
-        self.tested += 1
         if self.best is None or score >= self.best.score:  # a tie: the later attempt
             self.best = Attempt(score, files, round_)
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Protocol
 
@@ -253,10 +254,8 @@ class Conversation:
         refused, run.refused = run.refused, []
         if refused and run.fix_rounds < self.cfg.max_fix_rounds:
             run.fix_rounds += 1  # a refused block counts as a failed check of the reply
-            if self.cfg.fix_mode == "resample" and can_resample(self.model):
-                run.fresh = True  # (at greedy the model writes the refused block again)
-                yield Warning("the reply's code could not be used; answering the message "
-                              "afresh (fix_mode resample)")
+            # (at greedy the model writes the refused block again)
+            yield from self._afresh(run, "the reply's code could not be used")
             if self.cfg.edit_format in FIX_HOW:
                 return REFUSED_EDIT.format(why="\n".join(refused), how=FIX_HOW[self.cfg.edit_format])
             return REFUSED.format(why="\n".join(refused))
@@ -289,12 +288,12 @@ class Conversation:
 
         messages = yield from self._fit()
         fresh, run.fresh = run.fresh, False
+        sampling = nullcontext()
         if fresh:  # the message alone, without the failed attempts and their test runs
             messages = messages[:run.base]
-            with at_temperature(self.model, fresh_temperature(self.cfg),
-                                len(self.messages) * 100 + 50):
-                reply, stats = yield from self._sample(messages, run)
-        else:
+            sampling = at_temperature(self.model, fresh_temperature(self.cfg),
+                                      len(self.messages) * 100 + 50)
+        with sampling:
             reply, stats = yield from self._sample(messages, run)
         temp = self.cfg.resample_temperature
         for attempt in range(1, MAX_RESAMPLES + 1):
@@ -508,20 +507,24 @@ class Conversation:
             shown = out.output + (f"\n{out.missing}" if out.missing else "")
             yield CheckRun(out.kind, out.command, out.ok, shown, run.fix_rounds + 1, back)
             if out.kind == "test":
+                score = run_score(out.ok, out.output)
                 files = read_files(self.root, run.touched)
-                run.attempts.tested_run(run_score(out.ok, out.output), files, run.fix_rounds + 1)
+                run.attempts.tested_run(score, files, run.fix_rounds + 1)
             elif not out.ok:
                 run.attempts.rejected()
             if not out.ok:
                 run.fix_rounds += back
-                if back and out.kind == "test" and self.cfg.fix_mode == "resample" \
-                        and can_resample(self.model):
-                    run.fresh = True
-                    yield Warning(f"{run_score(out.ok, out.output).describe()}; answering the "
-                                  "message afresh (fix_mode resample)")
+                if back and out.kind == "test":
+                    yield from self._afresh(run, score.describe())
                 whole = whole_fixes(self.cfg.edit_format, edited, self.root)
                 return feedback(out, self.root, whole) if back else ""
         return ""
+
+    def _afresh(self, run: _Run, why: str) -> Iterator[Event]:
+        """With fix_mode "resample", have the next reply answer the message afresh."""
+        if self.cfg.fix_mode == "resample" and can_resample(self.model):
+            run.fresh = True
+            yield Warning(f"{why}; answering the message afresh (fix_mode resample)")
 
     def _keep_best(self, run: _Run) -> Iterator[Event]:
         """Write back the best tested attempt of the message when its files are now worse."""
@@ -533,7 +536,6 @@ class Conversation:
                  for p, c in best.files.items() if c is not None]
         yield Warning(f"kept attempt {best.round} of this message ({best.score.describe()}); "
                       f"the last attempt is worse ({now.describe()})")
-        run.edited = []
         if calls:
             yield from self._run_calls(run, calls, record=False)
         run.edited = []  # the restored files were tested as they are
