@@ -154,4 +154,8 @@ def test_trained_pair_bench_machinery_on_a_tiny_pair(pair):
     for w in out["workloads"]:
         assert w["tokens"] == 12 and set(w["mlx_lm_tps"]) == {2, 3} and w["plain_tps"] > 0
         assert 0 <= w["acceptance_rate"] <= 1 and w["plain_repeatable"]
+        # token trees (draft alone and combined) decode the same text as plain at greedy
+        assert w["tree_identical"] and w["combined_tree_identical"] and w["tree_tps"] > 0
+        assert w["tree_rounds"] > 0 and w["tree_nodes_per_round"] > 0
     assert out["mlx_lm_best_k"] in (2, 3) and out["speedup_vs_plain"] > 0
+    assert sorted(out["verify_cost_s"])[0] == 1 and out["tree_speedup_vs_plain"] > 0

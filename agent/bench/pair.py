@@ -3,7 +3,9 @@ target, 0.5B draft, both from the model store) on real coding workloads, in one 
 
 Per workload, interleaved so machine noise hits every configuration alike: plain decoding;
 ours with the draft model (product defaults); ours combining the draft with prompt lookup; prompt
-lookup alone; mlx-lm's `speculative_generate_step` at each fixed K; plain again (the two
+lookup alone; the draft alone and the combined drafter again with token trees (`tree = "auto"`,
+the node budget from one verify-cost probe of the target made before the first workload, so no
+run pays for it); mlx-lm's `speculative_generate_step` at each fixed K; plain again (the two
 plain runs bracket the others and are averaged). The prompt's KV is computed once per
 workload and model and shared through an in-memory prefix store, so only decoding differs
 between runs; tok/s is decode speed (after the first token).
@@ -36,6 +38,7 @@ from ..engine.prefix_store import PrefixStore
 from ..engine.sampling import SamplingParams
 from ..engine.session import Session, render_chat
 from ..engine.speculative import SpecPolicy, Speculator
+from ..engine.tree import TreeBudget, VerifyCost
 
 PAIR = {"qwen-coder": ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")}
 EDIT_TOOL = {
@@ -131,12 +134,19 @@ def _row(name: str, runs: dict, theirs: dict, kept: dict) -> dict:
     plain, plain2 = runs["plain"], runs["plain2"]
     base = (plain.tps + plain2.tps) / 2
     s, c, lk = runs["ours"].stats, runs["combined"].stats, runs["lookup"].stats
+    t, ct = runs["tree"].stats, runs["combined_tree"].stats
     same = lambda r: r.tokens == plain.tokens  # noqa: E731
+    per_round = lambda st: st.drafted / st.rounds if st.rounds else 0.0  # noqa: E731
     return dict(
         workload=name, plain_tps=base, spec_tps=runs["ours"].tps,
         combined_tps=runs["combined"].tps, lookup_tps=runs["lookup"].tps,
+        tree_tps=runs["tree"].tps, combined_tree_tps=runs["combined_tree"].tps,
         identical_to_plain=same(runs["ours"]), combined_identical=same(runs["combined"]),
         lookup_identical=same(runs["lookup"]), plain_repeatable=same(plain2),
+        tree_identical=same(runs["tree"]), combined_tree_identical=same(runs["combined_tree"]),
+        tree_mean_accepted=t.mean_accepted, tree_nodes_per_round=per_round(t),
+        tree_rounds=t.rounds, combined_tree_mean_accepted=ct.mean_accepted,
+        combined_tree_nodes_per_round=per_round(ct), chain_nodes_per_round=per_round(s),
         mlx_lm_identical=all(same(r) for r in theirs.values()),
         acceptance_rate=s.acceptance_rate, mean_accepted=s.mean_accepted, k=s.k,
         drafted=s.drafted, accepted=s.accepted, rounds=s.rounds,
@@ -160,6 +170,11 @@ def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int]
     draft_only = Speculator(DraftModel(draft, conf, vocab, head), policy())  # K adapts across workloads
     combined = Speculator(Combined(DraftModel(draft, conf, vocab, head), PromptLookup()), policy())
     lookup = Speculator(PromptLookup(), SpecPolicy(mode=mode))
+    cost = probe_cost(target, cfg.tree_nodes, log)
+    budget = lambda: TreeBudget(cap=cfg.tree_nodes, cost=VerifyCost(cost.seconds))  # noqa: E731
+    draft_tree = Speculator(DraftModel(draft, conf, vocab, head), policy(), budget())
+    combined_tree = Speculator(Combined(DraftModel(draft, conf, vocab, head), PromptLookup()),
+                               policy(), budget())
 
     def seeded(run, *a):
         mx.random.seed(seed)  # every run samples from the same seed
@@ -172,7 +187,8 @@ def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int]
         t = time.perf_counter()
         runs = {"plain": seeded(timed, Session(target, store=pstore), prompt, n, params)}
         prefill_s = time.perf_counter() - t
-        for label, spec in (("ours", draft_only), ("combined", combined), ("lookup", lookup)):
+        for label, spec in (("ours", draft_only), ("combined", combined), ("lookup", lookup),
+                            ("tree", draft_tree), ("combined_tree", combined_tree)):
             runs[label] = seeded(timed, Session(target, speculator=spec, store=pstore), prompt, n,
                                  params)
         theirs, kept = {}, {}
@@ -185,14 +201,30 @@ def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int]
         rows.append(row)
         log(f"  {name:9} plain {row['plain_tps']:5.2f} tok/s | ours {row['spec_tps']:5.2f} "
             f"(acc {row['acceptance_rate']:.2f}, mean {row['mean_accepted']:.2f}, K={row['k']}) | "
-            f"ours+lookup {row['combined_tps']:5.2f} | lookup {row['lookup_tps']:5.2f} | mlx-lm "
+            f"ours+lookup {row['combined_tps']:5.2f} | lookup {row['lookup_tps']:5.2f} | tree "
+            f"{row['tree_tps']:5.2f} ({row['tree_nodes_per_round']:.1f} nodes, mean "
+            f"{row['tree_mean_accepted']:.2f}) | tree+lookup {row['combined_tree_tps']:5.2f} | mlx-lm "
             + " ".join(f"K{k}:{r.tps:.2f}" for k, r in theirs.items())
             + (f" | identical {row['identical_to_plain']}" if params.greedy else
                " | mlx-lm acc " + " ".join(f"K{k}:{a:.2f}" for k, a in row["mlx_lm_acceptance"].items())))
     out = summarize(rows, ks, draft_only.k_for("model"))
+    out["verify_cost_s"] = {n: round(v, 4) for n, v in sorted(cost.seconds.items())}
     if not params.greedy:  # sampled texts differ run to run: identity is not a measure
         out.update(identical_to_plain=None, mlx_lm_identical=None)
     return out
+
+
+def probe_cost(target: LoadedModel, cap: int, log) -> VerifyCost:
+    """The target's verify cost for passes of 1, 2, 4, ... up to cap+1 positions, measured once
+    (what `tree = "auto"` probes at its first round)."""
+    from ..engine.cache import make_cache
+
+    cost = VerifyCost()
+    cost.probe(target.model, lambda: make_cache(target.model), cap + 1)
+    one = cost.seconds[1]
+    log("verify cost (x one position): " + ", ".join(
+        f"{n}: {s / one:.2f}" for n, s in sorted(cost.seconds.items())))
+    return cost
 
 
 def summarize(rows: list[dict], ks: list[int], k: int) -> dict:
@@ -206,14 +238,22 @@ def summarize(rows: list[dict], ks: list[int], k: int) -> dict:
         speedup_vs_mlx_lm=statistics.mean(r["spec_tps"] / r["mlx_lm_tps"][best_k] for r in rows),
         **tot,
         mlx_lm_acceptance_best_k=statistics.mean(r["mlx_lm_acceptance"][best_k] for r in rows),
-        min_speedup_vs_plain=min(min(r[k] for k in ("spec_tps", "combined_tps", "lookup_tps"))
+        min_speedup_vs_plain=min(min(r[k] for k in ("spec_tps", "combined_tps", "lookup_tps",
+                                                    "tree_tps", "combined_tree_tps"))
                                  / r["plain_tps"] for r in rows),
         combined_speedup_vs_plain=ratio("combined_tps"),
         combined_speedup_vs_mlx_lm=statistics.mean(r["combined_tps"] / r["mlx_lm_tps"][best_k]
                                                    for r in rows),
         lookup_speedup_vs_plain=ratio("lookup_tps"),
+        tree_speedup_vs_plain=ratio("tree_tps"),
+        tree_speedup_vs_mlx_lm=statistics.mean(r["tree_tps"] / r["mlx_lm_tps"][best_k]
+                                               for r in rows),
+        combined_tree_speedup_vs_plain=ratio("combined_tree_tps"),
+        combined_tree_speedup_vs_mlx_lm=statistics.mean(r["combined_tree_tps"]
+                                                        / r["mlx_lm_tps"][best_k] for r in rows),
         identical_to_plain=all(r["identical_to_plain"] and r["combined_identical"]
-                               and r["lookup_identical"] for r in rows),
+                               and r["lookup_identical"] and r["tree_identical"]
+                               and r["combined_tree_identical"] for r in rows),
         mlx_lm_identical=all(r["mlx_lm_identical"] for r in rows),
         k=k,
     )
@@ -245,6 +285,9 @@ def print_report(r: dict) -> None:
     print(f"  ours+lookup vs plain    {r['combined_speedup_vs_plain']:.2f}x "
           f"({r['combined_speedup_vs_mlx_lm']:.2f}x mlx-lm best K)")
     print(f"  lookup alone vs plain   {r['lookup_speedup_vs_plain']:.2f}x")
+    print(f"  ours, trees vs plain    {r['tree_speedup_vs_plain']:.2f}x "
+          f"({r['tree_speedup_vs_mlx_lm']:.2f}x mlx-lm best K); with lookup "
+          f"{r['combined_tree_speedup_vs_plain']:.2f}x ({r['combined_tree_speedup_vs_mlx_lm']:.2f}x)")
     print(f"  worst workload vs plain {r['min_speedup_vs_plain']:.2f}x (speculation {r['speculation']})")
     if r.get("temperature"):
         print(f"  at temperature {r['temperature']:g}, top-p {r['top_p']:g}, seed {r['seed']}: "
@@ -255,5 +298,7 @@ def print_report(r: dict) -> None:
     for w in r["workloads"]:
         print(f"  {w['workload']:9} plain {w['plain_tps']:.2f} tok/s, ours {w['spec_tps']:.2f} "
               f"(acceptance {w['acceptance_rate']:.2f}), ours+lookup {w['combined_tps']:.2f}, "
-              f"lookup {w['lookup_tps']:.2f}, mlx-lm "
+              f"lookup {w['lookup_tps']:.2f}, trees {w['tree_tps']:.2f} "
+              f"({w['tree_nodes_per_round']:.1f} nodes/round against "
+              f"{w['chain_nodes_per_round']:.1f}), trees+lookup {w['combined_tree_tps']:.2f}, mlx-lm "
               + " ".join(f"K{k}:{v:.2f}" for k, v in w["mlx_lm_tps"].items()))
