@@ -119,10 +119,25 @@ def test_lookup_takes_the_suffix_match_when_it_is_longer_than_the_contexts():
     history = [4, 5, 99, 1, 2, 3, 4, 5]
     n, draft = lookup.match(history, 3)
     assert (n, draft, lookup.source) == (5, [60, 61, 62], "suffix")
-    # a context match at least as long as the index's wins
+    # a longer context match wins: (7, 3, 4, 5) against the index's (3, 4, 5)
     lookup = PromptLookup(suffix=index)
-    n, draft = lookup.match([3, 4, 5, 99, 7, 3, 4, 5], 3)
-    assert lookup.source == "lookup" and draft == [99, 7, 3]
+    n, draft = lookup.match([7, 3, 4, 5, 99, 7, 3, 4, 5], 3)
+    assert (n, lookup.source, draft) == (4, "lookup", [99, 7, 3])
+
+
+def test_lookup_breaks_a_tie_between_context_and_suffix_by_measured_gain():
+    """Matches of the same length: the kind whose drafts have recently been accepted more
+    drafts (the priors until measured: a suffix match beats a context 3-gram)."""
+    index = SuffixIndex(min_n=3, max_n=5)
+    index.add([1, 2, 3, 4, 5, 60, 61, 62])
+    history = [3, 4, 5, 99, 7, 3, 4, 5]  # (3, 4, 5) in the context and in the index
+    lookup = PromptLookup(suffix=index)
+    n, draft = lookup.match(history, 3)
+    assert (n, lookup.source, draft) == (3, "suffix", [60, 61, 62])
+    lookup = PromptLookup(suffix=index)
+    lookup.gain["suffix"] = 0.5  # its drafts have been failing
+    n, draft = lookup.match(history, 3)
+    assert (n, lookup.source, draft) == (3, "lookup", [99, 7, 3])
 
 
 def test_suffix_drafts_that_keep_failing_stop():

@@ -354,7 +354,9 @@ class PromptLookup:
             return (max(self.last_match, self.max_n), cont) if cont else (0, [])
         self._score_suffix()
         # The suffix index is consulted beside the context: its match wins when it is longer
-        # than the context's, or when the context's kind of match is drafting nothing.
+        # than the context's, when it is as long and its drafts have recently been accepted
+        # more (measured gain, priors until measured), or when the context's kind of match is
+        # drafting nothing.
         n_s, cont_s = self._suffix_match(history, k)
         for n in range(min(self.max_n, len(history)), self.min_n - 1, -1):
             if n_s > n:
@@ -362,7 +364,10 @@ class PromptLookup:
             key = tuple(history[-n:])
             ends = self.index.get(key)
             if ends:
-                cont = self._draft(f"n{min(n, 4)}", ends[-1], k)
+                kind = f"n{min(n, 4)}"
+                if cont_s and n_s == n and self.gain["suffix"] > self.gain[kind]:
+                    break
+                cont = self._draft(kind, ends[-1], k)
                 if cont:
                     return n, cont
                 break
