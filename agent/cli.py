@@ -75,9 +75,10 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    help="failed checks given back to the model per message (0 = off; default 2)")
     g.add_argument("--fix-mode", choices=CHOICES["fix_mode"],
                    help="after a failed test run (test_cmd) or a code block not applied: "
-                   "repair (the failure goes back to the model, the default) or resample (a "
-                   "fresh reply to the message, sampled without the failed attempts); the best "
-                   "tested attempt is kept either way")
+                   "repair (the failure goes back to the model), resample (a fresh reply to the "
+                   "message, sampled without the failed attempts) or auto (the default: resample "
+                   "with --edit-format whole, repair otherwise); the best tested attempt is kept "
+                   "either way")
 
 
 def build_parser() -> argparse.ArgumentParser:

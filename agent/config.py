@@ -100,10 +100,11 @@ class Config:
     resample_temperature: float = 0.0
     # What a failed test run (or a reply whose code was not applied) leads to while fix
     # rounds are left (agent/core/attempts.py):
-    # "repair" (the failure goes back to the model) or "resample" (a fresh reply to the
-    # message, sampled without the failed attempts; the tests pick the best). Either way the
-    # best tested attempt of a message is kept when a later one is worse.
-    fix_mode: str = "repair"
+    # "repair" (the failure goes back to the model), "resample" (a fresh reply to the
+    # message, sampled without the failed attempts; the tests pick the best) or "auto"
+    # (resample with edit_format "whole", repair otherwise). Either way the best tested
+    # attempt of a message is kept when a later one is worse.
+    fix_mode: str = "auto"
 
 
 

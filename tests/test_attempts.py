@@ -9,7 +9,7 @@ import pytest
 from scripted import conversation, full_auto, git_repo  # noqa: F401
 from test_resample import Sampled
 
-from agent.config import ConfigError, load_config
+from agent.config import Config, ConfigError, load_config
 from agent.core.attempts import BROKEN, Score, run_score
 from agent.events import CheckRun, Warning
 
@@ -172,13 +172,33 @@ def test_resample_uses_resample_temperature_when_set_and_keeps_the_best(git_repo
     assert "abs(a)" in _code(git_repo)
 
 
-def test_repair_is_the_default_and_sends_the_failure_back(git_repo):
+def test_repair_sends_the_failure_back(git_repo):
     _setup(git_repo)
     model = Sampled([ONE, RIGHT])
-    conv = conversation(git_repo, model, _cfg(max_fix_rounds=2))
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=2, fix_mode="repair"))
     _send(conv)
     assert model.temps == [0.0, 0.0]
     assert "The tests failed" in model.seen[1][-1]["content"]
+
+
+def test_auto_is_the_default_and_resamples_whole_files_only():
+    from agent.core.attempts import resamples
+
+    assert Config().fix_mode == "auto"
+    assert resamples(Config(edit_format="whole"))
+    assert not any(resamples(Config(edit_format=f)) for f in ("diff", "auto", "tool"))
+    assert resamples(Config(edit_format="diff", fix_mode="resample"))
+    assert not resamples(Config(edit_format="whole", fix_mode="repair"))
+
+
+def test_the_default_answers_a_failed_test_run_afresh_with_whole_files(git_repo):
+    _setup(git_repo)
+    model = Sampled([ONE, RIGHT])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=2))
+    tests, events = _send(conv)
+    assert [c.ok for c in tests] == [False, True]
+    assert model.temps == [0.0, 0.7] and model.seen[1] == model.seen[0]
+    assert any(isinstance(e, Warning) and "(fix_mode auto)" in e.message for e in events)
 
 
 def test_fix_mode_is_a_checked_choice(tmp_path, monkeypatch):

@@ -9,12 +9,15 @@ passing, or a later edit that no longer compiles), that attempt's files are writ
 
 `fix_mode` says what a failed test run, or a reply whose code block was not applied (a
 snippet, see core/wholefile.py), leads to while fix rounds are left:
-- "repair" (the default): the failure goes back to the model, which replies to it;
+- "repair": the failure goes back to the model, which replies to it;
 - "resample": the model writes a fresh reply to the message itself, sampled at
   `resample_temperature` (0.7 when that is 0) with the failed attempts left out of what it
   reads. Small models mostly write their failed code again when shown the failure; independent
   samples differ, and the tests pick the best. It suits the "whole" edit format, where every
-  reply carries the whole file.
+  reply carries the whole file;
+- "auto" (the default): "resample" with the "whole" edit format, "repair" with the others
+  (their edits change the file as the failed attempt left it, which a reply that never saw
+  that attempt cannot aim at).
 """
 
 from __future__ import annotations
@@ -92,6 +95,12 @@ class Attempt:
     score: Score
     files: dict[str, str | None]
     round: int  # which check round of the message tested it (1 = the first reply's)
+
+
+def resamples(cfg) -> bool:
+    """Whether a failed test run or a refused block is answered by a fresh reply."""
+    mode = cfg.fix_mode
+    return mode == "resample" or (mode == "auto" and cfg.edit_format == "whole")
 
 
 def fresh_temperature(cfg) -> float:

@@ -24,7 +24,7 @@ from tools import TOOLS, ToolContext, ToolResult, call_tool
 from tools.denylist import denylisted
 
 from .approvals import Decision, decide
-from .attempts import Attempts, fresh_temperature, read_files, run_score
+from .attempts import Attempts, fresh_temperature, read_files, resamples, run_score
 from .backend import Backend, ModelError
 from ..cancel import CancelToken
 from ..config import Config
@@ -521,10 +521,11 @@ class Conversation:
         return ""
 
     def _afresh(self, run: _Run, why: str) -> Iterator[Event]:
-        """With fix_mode "resample", have the next reply answer the message afresh."""
-        if self.cfg.fix_mode == "resample" and can_resample(self.model):
+        """When fix_mode resamples (attempts.resamples), have the next reply answer the
+        message afresh."""
+        if resamples(self.cfg) and can_resample(self.model):
             run.fresh = True
-            yield Warning(f"{why}; answering the message afresh (fix_mode resample)")
+            yield Warning(f"{why}; answering the message afresh (fix_mode {self.cfg.fix_mode})")
 
     def _keep_best(self, run: _Run) -> Iterator[Event]:
         """Write back the best tested attempt of the message when its files are now worse."""
