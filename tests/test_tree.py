@@ -515,3 +515,17 @@ def test_config_turns_trees_on(pair):
     spec = make_speculator(Config(speculation="on", draft_model="x", tree="auto", tree_nodes=20),
                            target, draft)
     assert spec.tree is not None and spec.tree.cap == 20
+
+
+def test_a_tree_round_is_fitted_as_its_main_line():
+    """The cost fit that picks K sees a tree round as the chain it extends: a main line of 4
+    accepted in full is no rejection, however many side branches were verified beside it."""
+    spec = Speculator(PromptLookup(), SpecPolicy(mode="on"))
+    c = spec.call = speculative._CallStats()
+    c.rounds, c.drafted, c.chained, c.accepted, c.by_source = 1, 12, 4, 4, {"draft": [12, 4]}
+    spec._note_round(5, 0.5)
+    fit = spec.fits["model"]
+    assert (fit.accepted, fit.rejected, fit.drafted, fit.sk) == (4, 0, 4, 4)
+    c.rounds, c.drafted, c.chained, c.accepted, c.by_source = 2, 24, 8, 6, {"draft": [24, 6]}
+    spec._note_round(3, 0.5)  # the next tree: 2 of its main line's 4 accepted
+    assert fit.rejected == pytest.approx(1.0) and fit.accepted == pytest.approx(0.85 * 4 + 2)

@@ -201,6 +201,7 @@ class _CallStats:
     rounds: int = 0
     drafted: int = 0
     accepted: int = 0
+    chained: int = 0  # drafts on the rounds' main lines (a tree's spine; a chain's every draft)
     forced: int = 0
     draft_s: float = 0.0
     verify_s: float = 0.0
@@ -255,7 +256,7 @@ class Speculator:
         self.off_reason = ""  # why auto switched drafting off, while it is off
         self.fits: dict[str, _RoundFit] = {}  # drafter kind ("model", "lookup") -> recent rounds
         self.reprobing = False  # drafting came back on and has not yet been judged
-        self._seen = (0, 0, 0.0, {})  # the call's drafted, accepted, draft_s, by_source before a round
+        self._seen = (0, 0, 0.0, {})  # the call's chained, accepted, draft_s, by_source before a round
         self._expect: tuple[float, float] | None = None  # the last sampled round's expectations
 
     # ---- Session hooks ------------------------------------------------------------------
@@ -355,8 +356,12 @@ class Speculator:
         d = self.RECENT_DECAY
         self.recent = (d * self.recent[0] + tokens, d * self.recent[1] + seconds)
         c = self.call
-        drafted, accepted, draft_s, by_source = self._seen
-        k, n = c.drafted - drafted, c.accepted - accepted
+        # A tree round is fitted as the chain it extends: K is its main line's length and a
+        # rejection is an accepted path shorter than that line. Its side branches add verify
+        # rows (their cost is in the round's time), not drafts a chain would have made;
+        # counted as drafts, every tree round would read as a rejection and shorten K.
+        chained, accepted, draft_s, by_source = self._seen
+        k, n = c.chained - chained, c.accepted - accepted
         if kind is None:  # which drafter: the source whose tally grew
             grown = [s for s, (dd, _) in c.by_source.items() if dd > by_source.get(s, 0)]
             kind = ("lookup" if grown[0] in ("lookup", "suffix") else "model") if grown else ""
@@ -367,7 +372,7 @@ class Speculator:
                 fit.add(k, expect[0], seconds, c.draft_s - draft_s, rejected=expect[1])
             else:
                 fit.add(k, n, seconds, c.draft_s - draft_s)
-        self._seen = (c.drafted, c.accepted, c.draft_s,
+        self._seen = (c.chained, c.accepted, c.draft_s,
                       {s: dd for s, (dd, _) in c.by_source.items()})
 
     def _expected_off(self) -> str | None:
@@ -618,6 +623,7 @@ class Speculator:
         elif draft.tokens:  # a miss verified alone is just a plain step, not a round
             c.rounds += 1
             c.drafted += drafted
+            c.chained += len(draft.tokens)
             c.accepted += n
             c.k = len(draft.tokens)
             kind = "lookup" if draft.source in ("lookup", "suffix") else "model"
