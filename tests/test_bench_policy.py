@@ -29,6 +29,7 @@ def feed(spec: Speculator, source: str, rounds, plain_s: float, step_s: float = 
     for k, n in rounds:
         draft_s = step_s * k
         c.drafted += k
+        c.chained += k  # a chain round: every draft is on its main line
         c.accepted += n
         c.rounds += 1
         c.draft_s += draft_s
