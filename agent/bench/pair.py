@@ -166,15 +166,19 @@ def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int]
     cfg, vocab = Config(), min(target.vocab_size, draft.vocab_size)
     head = cfg.draft_vocab  # the defaults `spec-agent` runs with
     conf = 0.0 if fixed_k else cfg.draft_confidence  # pinned K: exactly K, as mlx-lm
-    policy = lambda: SpecPolicy(mode=mode, fixed_k=fixed_k)  # noqa: E731
-    draft_only = Speculator(DraftModel(draft, conf, vocab, head), policy())  # K adapts across workloads
-    combined = Speculator(Combined(DraftModel(draft, conf, vocab, head), PromptLookup()), policy())
-    lookup = Speculator(PromptLookup(), SpecPolicy(mode=mode))
     cost = probe_cost(target, cfg.tree_nodes, log)
-    budget = lambda: TreeBudget(cap=cfg.tree_nodes, cost=VerifyCost(cost.seconds))  # noqa: E731
-    draft_tree = Speculator(DraftModel(draft, conf, vocab, head), policy(), budget())
-    combined_tree = Speculator(Combined(DraftModel(draft, conf, vocab, head), PromptLookup()),
-                               policy(), budget())
+
+    def ours(with_lookup: bool, trees: bool) -> Speculator:
+        """A speculator with its own draft model (K adapts across workloads), combined with
+        prompt lookup or not, with token trees sized by the probed cost or chains."""
+        dm = DraftModel(draft, conf, vocab, head)
+        budget = TreeBudget(cap=cfg.tree_nodes, cost=VerifyCost(cost.seconds)) if trees else None
+        return Speculator(Combined(dm, PromptLookup()) if with_lookup else dm,
+                          SpecPolicy(mode=mode, fixed_k=fixed_k), budget)
+
+    draft_only, combined = ours(False, False), ours(True, False)
+    draft_tree, combined_tree = ours(False, True), ours(True, True)
+    lookup = Speculator(PromptLookup(), SpecPolicy(mode=mode))
 
     def seeded(run, *a):
         mx.random.seed(seed)  # every run samples from the same seed
