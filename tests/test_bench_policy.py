@@ -21,12 +21,15 @@ class _StopsItself(PromptLookup):
 
 
 def feed(spec: Speculator, source: str, rounds, plain_s: float, step_s: float = 0.0,
-         base: float = 1.05) -> None:
+         base: float = 1.05, free: bool = False) -> None:
     """Record rounds (k drafted, n accepted) as the Speculator's verify step would, each
     costing `plain_s * (base + 0.03 k) + step_s * k` (a verify pass a little wider than a
-    plain step, plus `step_s` of drafting per token)."""
+    plain step, plus `step_s` of drafting per token); `free`: each round was asked for the
+    K the policy gave, so a self-stopping draft's rounds at its cap are of its own length."""
     c = spec.call
     for k, n in rounds:
+        if free:
+            spec._asked = spec.k_for("model")
         draft_s = step_s * k
         c.drafted += k
         c.chained += k  # a chain round: every draft is on its main line
@@ -65,14 +68,16 @@ def test_a_confidently_wrong_draft_is_switched_off_and_its_cap_shrinks():
     spec = Speculator(_StopsItself(), SpecPolicy(mode="auto"))
     assert spec.k_for("model") == 12  # unmeasured: the draft's confidence decides
     spec.plain_tps.add(1 / 0.1)
-    feed(spec, "draft", [(12, chain(rng, 0.15, 12)) for _ in range(10)], 0.1, step_s=0.02)
+    feed(spec, "draft", [(12, chain(rng, 0.15, 12)) for _ in range(10)], 0.1, step_s=0.02,
+         free=True)
     assert spec.k_for("model") <= 2
     reason = spec._expected_off()
     assert reason and "expected speedup" in reason
     # `on` keeps drafting, at the short K.
     on = Speculator(_StopsItself(), SpecPolicy(mode="on"))
     on.plain_tps.add(1 / 0.1)
-    feed(on, "draft", [(12, chain(rng, 0.15, 12)) for _ in range(10)], 0.1, step_s=0.02)
+    feed(on, "draft", [(12, chain(rng, 0.15, 12)) for _ in range(10)], 0.1, step_s=0.02,
+         free=True)
     assert on._expected_off() is None and on.k_for("model") <= 2
 
 
@@ -138,3 +143,27 @@ def test_a_new_call_re_probes_and_a_paying_re_probe_resets_the_back_off():
     assert spec.enabled and spec.plain_left == 0 and spec.fits["model"].rounds == 0
     feed(spec, "draft", [(4, 4)] * 6, 0.1, step_s=0.02)
     assert spec._expected_off() is None and spec.backoff == 32
+
+
+def test_a_confident_draft_keeps_its_own_round_length_where_that_measured_faster():
+    """Rounds ended by the draft's confidence: each of k drafts, the last (where the draft
+    was unsure) rejected. One acceptance rate for every position (k-1 of k) makes the fit
+    expect a short fixed K to pay most; the rounds as drafted measured faster, so the cap
+    stays and the expected speedup is the measured one."""
+    rng = random.Random(6)
+    spec = Speculator(_StopsItself(), SpecPolicy(mode="auto"))
+    spec.plain_tps.add(1 / 0.1)
+    feed(spec, "draft", [(k, k - 1) for k in (rng.randint(3, 9) for _ in range(12))], 0.1,
+         step_s=0.03, free=True)
+    fit = spec.fits["model"]
+    c0, c1 = fit.cost(0.1)
+    geometric = best_k(fit.acceptance, c0, c1, 0.1, 12)
+    assert geometric[0] < 8  # what the fit alone would cap rounds at
+    assert spec.k_for("model") == 12
+    measured = fit.free_speedup(0.1)
+    assert measured > geometric[1] and spec.expected()[0] == pytest.approx(measured)
+    # Rounds at a K the policy chose are not the draft's own length: they leave that measure.
+    pinned = Speculator(_StopsItself(), SpecPolicy(mode="auto", fixed_k=12))
+    pinned.plain_tps.add(1 / 0.1)
+    feed(pinned, "draft", [(k, k - 1) for k in (3, 5, 7, 9)], 0.1, step_s=0.03, free=True)
+    assert pinned.fits["model"].free_rounds == 0

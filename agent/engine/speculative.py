@@ -148,7 +148,9 @@ class _RoundFit:
     - a round's cost against its K: seconds = c0 + c1 * K, by least squares, pulled toward
       the slope its drafting cost alone gives (K hardly varies between some rounds).
     The expected speedup of a round of K is then E(K) / (cost(K) / plain step), with
-    E(K) = 1 + a + ... + a^K tokens per round (accepted drafts and the target's own)."""
+    E(K) = 1 + a + ... + a^K tokens per round (accepted drafts and the target's own).
+    Rounds whose length the draft's own confidence chose are also summed apart (tokens and
+    seconds), so that their measured speedup can be set against the best K the model expects."""
 
     DECAY = 0.85  # per round: ~7 rounds of memory, so a change of text shows within a few
     RIDGE = 4.0  # weight (in rounds times K^2) of the slope prior
@@ -162,24 +164,41 @@ class _RoundFit:
     draft_s: float = 0.0
     drafted: float = 0.0
     rounds: int = 0  # since the last `forget`
+    # Rounds whose length the draft's own confidence set (asked for the cap): their tokens
+    # (accepted + the target's one), seconds and weight, decayed with every round.
+    free_tokens: float = 0.0
+    free_s: float = 0.0
+    free_rounds: int = 0  # all of them, kept by `forget` (its ratio stays the last measured)
 
     def add(self, k: int, n: float, seconds: float, draft_s: float,
-            rejected: float | None = None) -> None:
+            rejected: float | None = None, free: bool = False) -> None:
         """A round of `k` drafts, `n` accepted; `rejected`: whether one was (default n < k),
-        or, with `n`, the expectations of a sampled round (see `_accept_sampled`)."""
+        or, with `n`, the expectations of a sampled round (see `_accept_sampled`); `free`:
+        the round's length was the draft's own choice."""
         d = self.DECAY
         self.w, self.sk, self.skk = d * self.w + 1, d * self.sk + k, d * self.skk + k * k
         self.st, self.skt = d * self.st + seconds, d * self.skt + k * seconds
         self.accepted = d * self.accepted + n
         self.rejected = d * self.rejected + (float(n < k) if rejected is None else rejected)
         self.draft_s, self.drafted = d * self.draft_s + draft_s, d * self.drafted + k
+        self.free_tokens = d * self.free_tokens + free * (n + 1)
+        self.free_s = d * self.free_s + free * seconds
+        self.free_rounds += free
         self.rounds += 1
 
     def forget(self, keep: float = 0.25) -> None:
         """Keep the estimates but weigh them as a few rounds, so fresh rounds decide."""
-        for name in ("w", "sk", "skk", "st", "skt", "accepted", "rejected", "draft_s", "drafted"):
+        for name in ("w", "sk", "skk", "st", "skt", "accepted", "rejected", "draft_s", "drafted",
+                     "free_tokens", "free_s"):
             setattr(self, name, getattr(self, name) * keep)
         self.rounds = 0
+
+    def free_speedup(self, plain_s: float) -> float | None:
+        """The measured speedup of the rounds the draft's confidence ended, against a plain
+        step of `plain_s`; None until two were measured."""
+        if self.free_rounds < 2 or self.free_s <= 0 or plain_s <= 0:
+            return None
+        return self.free_tokens * plain_s / self.free_s
 
     @property
     def acceptance(self) -> float:
@@ -258,6 +277,7 @@ class Speculator:
         self.reprobing = False  # drafting came back on and has not yet been judged
         self._seen = (0, 0, 0.0, {})  # the call's chained, accepted, draft_s, by_source before a round
         self._expect: tuple[float, float] | None = None  # the last sampled round's expectations
+        self._asked = 0  # the K the last round was asked to draft (0: a forced round)
 
     # ---- Session hooks ------------------------------------------------------------------
 
@@ -304,7 +324,7 @@ class Speculator:
         cap = (self.policy.confident_k_max if getattr(self.drafter, "stops_itself", False)
                else self.policy.k_max)
         best = self._best("model", cap)
-        if best:  # measured: the K with the largest expected speedup
+        if best:  # measured: the K with the largest expected (or measured) speedup
             return best[0]
         if getattr(self.drafter, "stops_itself", False):
             return cap  # unmeasured: the draft's confidence sets each round's length
@@ -326,7 +346,19 @@ class Speculator:
         if fit is None or fit.w <= 0 or fit.rounds < 3 and fit.w < 3 or plain_s <= 0:
             return None
         c0, c1 = fit.cost(plain_s)
-        return best_k(fit.acceptance, c0, c1, plain_s, k_max)
+        best = best_k(fit.acceptance, c0, c1, plain_s, k_max)
+        # A draft that ends its rounds by its own confidence stops where it is unsure, so its
+        # drafts are accepted more often than one acceptance rate for every position says:
+        # the geometric fit undervalues its long confident runs. Its rounds of free length
+        # are judged by what they measured, against the best fixed K the fit expects.
+        free = fit.free_speedup(plain_s) if self._free_k(kind) == k_max else None
+        return (k_max, free) if free is not None and free >= best[1] else best
+
+    def _free_k(self, kind: str) -> int:
+        """The cap of a round whose length the draft's confidence sets (0: none is)."""
+        if kind != "model" or self.policy.fixed_k or not getattr(self.drafter, "stops_itself", False):
+            return 0
+        return self.policy.confident_k_max
 
     def expected(self) -> tuple[float, str] | None:
         """The best expected speedup over the drafter kinds measured here, and a summary of
@@ -366,12 +398,15 @@ class Speculator:
             grown = [s for s, (dd, _) in c.by_source.items() if dd > by_source.get(s, 0)]
             kind = ("lookup" if grown[0] in ("lookup", "suffix") else "model") if grown else ""
         expect, self._expect = self._expect, None
+        asked, self._asked = self._asked, 0
         if k > 0 and kind:
             fit = self.fits.setdefault(kind, _RoundFit())
+            free = bool(asked) and asked == self._free_k(kind)
             if expect is not None:  # a sampled chain: judged by its expected acceptance
-                fit.add(k, expect[0], seconds, c.draft_s - draft_s, rejected=expect[1])
+                fit.add(k, expect[0], seconds, c.draft_s - draft_s, rejected=expect[1],
+                        free=free)
             else:
-                fit.add(k, n, seconds, c.draft_s - draft_s)
+                fit.add(k, n, seconds, c.draft_s - draft_s, free=free)
         self._seen = (c.chained, c.accepted, c.draft_s,
                       {s: dd for s, (dd, _) in c.by_source.items()})
 
@@ -573,6 +608,7 @@ class Speculator:
             if hasattr(self.drafter, "lookup_k"):  # Combined: lookup gets its own K
                 self.drafter.lookup_k = self.k_for("lookup")
             k = self.k_for("lookup" if self.drafter.name == "lookup" else "model")
+            self._asked = k
             shape = self._tree_shape(session, k)
             if shape is not None:
                 draft = self.drafter.propose_tree(history, k, params, constraint, shape)
