@@ -24,12 +24,14 @@ def feed(spec: Speculator, source: str, rounds, plain_s: float, step_s: float = 
          base: float = 1.05, free: bool = False) -> None:
     """Record rounds (k drafted, n accepted) as the Speculator's verify step would, each
     costing `plain_s * (base + 0.03 k) + step_s * k` (a verify pass a little wider than a
-    plain step, plus `step_s` of drafting per token); `free`: each round was asked for the
-    K the policy gave, so a self-stopping draft's rounds at its cap are of its own length."""
+    plain step, plus `step_s` of drafting per token); `free`: each round is asked for the K
+    the policy gives and drafts at most that many (a self-stopping draft's rounds asked for
+    its cap are of its own length, the others are cut at the fit's K)."""
     c = spec.call
     for k, n in rounds:
-        if free:
+        if free:  # the round drafts at most what it was asked for
             spec._asked = spec.k_for("model")
+            k, n = min(k, spec._asked), min(n, spec._asked)
         draft_s = step_s * k
         c.drafted += k
         c.chained += k  # a chain round: every draft is on its main line
@@ -148,8 +150,9 @@ def test_a_new_call_re_probes_and_a_paying_re_probe_resets_the_back_off():
 def test_a_confident_draft_keeps_its_own_round_length_where_that_measured_faster():
     """Rounds ended by the draft's confidence: each of k drafts, the last (where the draft
     was unsure) rejected. One acceptance rate for every position (k-1 of k) makes the fit
-    expect a short fixed K to pay most; the rounds as drafted measured faster, so the cap
-    stays and the expected speedup is the measured one."""
+    expect a shorter fixed K to pay most; the rounds as the draft ended them measured faster
+    than that, so they keep their length. Rounds cut at the fit's K that measure faster
+    still win: the two arms are compared as measured."""
     rng = random.Random(6)
     spec = Speculator(_StopsItself(), SpecPolicy(mode="auto"))
     spec.plain_tps.add(1 / 0.1)
@@ -158,12 +161,17 @@ def test_a_confident_draft_keeps_its_own_round_length_where_that_measured_faster
     fit = spec.fits["model"]
     c0, c1 = fit.cost(0.1)
     geometric = best_k(fit.acceptance, c0, c1, 0.1, 12)
-    assert geometric[0] < 8  # what the fit alone would cap rounds at
-    assert spec.k_for("model") == 12
-    measured = fit.free_speedup(0.1)
-    assert measured > geometric[1] and spec.expected()[0] == pytest.approx(measured)
-    # Rounds at a K the policy chose are not the draft's own length: they leave that measure.
+    assert geometric[0] < 8  # what the fit alone would cut rounds at
+    free = fit.measured("free", 0.1)
+    assert free > geometric[1] and fit.arms["fixed"][2] == 0
+    assert spec.k_for("model") == 12 and spec.expected()[0] == pytest.approx(free)
+    for _ in range(3):  # rounds at the fit's K that measured 1.5x as fast
+        fit.add(geometric[0], geometric[0], (geometric[0] + 1) * 0.1 / (1.5 * free),
+                0.0, arm="fixed")
+    assert fit.measured("fixed", 0.1) == pytest.approx(1.5 * free)
+    assert spec.k_for("model") < 12 and spec.expected()[0] == pytest.approx(1.5 * free)
+    # Rounds at a pinned K are no arm's.
     pinned = Speculator(_StopsItself(), SpecPolicy(mode="auto", fixed_k=12))
     pinned.plain_tps.add(1 / 0.1)
     feed(pinned, "draft", [(k, k - 1) for k in (3, 5, 7, 9)], 0.1, step_s=0.03, free=True)
-    assert pinned.fits["model"].free_rounds == 0
+    assert pinned.fits["model"].arms == {"free": [0.0, 0.0, 0], "fixed": [0.0, 0.0, 0]}

@@ -149,8 +149,8 @@ class _RoundFit:
       the slope its drafting cost alone gives (K hardly varies between some rounds).
     The expected speedup of a round of K is then E(K) / (cost(K) / plain step), with
     E(K) = 1 + a + ... + a^K tokens per round (accepted drafts and the target's own).
-    Rounds whose length the draft's own confidence chose are also summed apart (tokens and
-    seconds), so that their measured speedup can be set against the best K the model expects."""
+    A self-stopping draft's rounds are also summed per arm (rounds of its own length, rounds
+    at the fit's K), tokens and seconds, so that the two can be compared as measured."""
 
     DECAY = 0.85  # per round: ~7 rounds of memory, so a change of text shows within a few
     RIDGE = 4.0  # weight (in rounds times K^2) of the slope prior
@@ -164,41 +164,42 @@ class _RoundFit:
     draft_s: float = 0.0
     drafted: float = 0.0
     rounds: int = 0  # since the last `forget`
-    # Rounds whose length the draft's own confidence set (asked for the cap): their tokens
-    # (accepted + the target's one), seconds and weight, decayed with every round.
-    free_tokens: float = 0.0
-    free_s: float = 0.0
-    free_rounds: int = 0  # all of them, kept by `forget` (its ratio stays the last measured)
+    # A draft that ends its rounds by its own confidence: its rounds asked for the cap (their
+    # length its own) and those asked for a shorter K, each arm's tokens (accepted + the
+    # target's one) and seconds, decayed with each round of that arm (an arm not drafted
+    # lately keeps its last ~7 rounds' ratio), and how many rounds each arm has had.
+    arms: dict = field(default_factory=lambda: {"free": [0.0, 0.0, 0], "fixed": [0.0, 0.0, 0]})
 
     def add(self, k: int, n: float, seconds: float, draft_s: float,
-            rejected: float | None = None, free: bool = False) -> None:
+            rejected: float | None = None, arm: str = "") -> None:
         """A round of `k` drafts, `n` accepted; `rejected`: whether one was (default n < k),
-        or, with `n`, the expectations of a sampled round (see `_accept_sampled`); `free`:
-        the round's length was the draft's own choice."""
+        or, with `n`, the expectations of a sampled round (see `_accept_sampled`); `arm`:
+        "free" or "fixed" for a self-stopping draft's round (see `arms`)."""
         d = self.DECAY
         self.w, self.sk, self.skk = d * self.w + 1, d * self.sk + k, d * self.skk + k * k
         self.st, self.skt = d * self.st + seconds, d * self.skt + k * seconds
         self.accepted = d * self.accepted + n
         self.rejected = d * self.rejected + (float(n < k) if rejected is None else rejected)
         self.draft_s, self.drafted = d * self.draft_s + draft_s, d * self.drafted + k
-        self.free_tokens = d * self.free_tokens + free * (n + 1)
-        self.free_s = d * self.free_s + free * seconds
-        self.free_rounds += free
+        if arm:
+            sums = self.arms[arm]
+            sums[:] = [d * sums[0] + n + 1, d * sums[1] + seconds, sums[2] + 1]
         self.rounds += 1
 
     def forget(self, keep: float = 0.25) -> None:
-        """Keep the estimates but weigh them as a few rounds, so fresh rounds decide."""
-        for name in ("w", "sk", "skk", "st", "skt", "accepted", "rejected", "draft_s", "drafted",
-                     "free_tokens", "free_s"):
+        """Keep the estimates but weigh them as a few rounds, so fresh rounds decide (the
+        arms' ratios stay as they were)."""
+        for name in ("w", "sk", "skk", "st", "skt", "accepted", "rejected", "draft_s", "drafted"):
             setattr(self, name, getattr(self, name) * keep)
         self.rounds = 0
 
-    def free_speedup(self, plain_s: float) -> float | None:
-        """The measured speedup of the rounds the draft's confidence ended, against a plain
-        step of `plain_s`; None until two were measured."""
-        if self.free_rounds < 2 or self.free_s <= 0 or plain_s <= 0:
+    def measured(self, arm: str, plain_s: float) -> float | None:
+        """The measured speedup of an arm's rounds against a plain step of `plain_s`; None
+        until it has had two."""
+        tokens, seconds, n = self.arms[arm]
+        if n < 2 or seconds <= 0 or plain_s <= 0:
             return None
-        return self.free_tokens * plain_s / self.free_s
+        return tokens * plain_s / seconds
 
     @property
     def acceptance(self) -> float:
@@ -347,12 +348,16 @@ class Speculator:
             return None
         c0, c1 = fit.cost(plain_s)
         best = best_k(fit.acceptance, c0, c1, plain_s, k_max)
-        # A draft that ends its rounds by its own confidence stops where it is unsure, so its
-        # drafts are accepted more often than one acceptance rate for every position says:
-        # the geometric fit undervalues its long confident runs. Its rounds of free length
-        # are judged by what they measured, against the best fixed K the fit expects.
-        free = fit.free_speedup(plain_s) if self._free_k(kind) == k_max else None
-        return (k_max, free) if free is not None and free >= best[1] else best
+        if self._free_k(kind) != k_max:
+            return best
+        # A draft that ends its rounds by its own confidence stops where it is unsure, so the
+        # drafts it makes are accepted more often than one rate for every position says and
+        # the fit undervalues its long confident runs. Its rounds of its own length and its
+        # rounds at the fit's K are each measured, and the faster arm drafts; the fit's
+        # expectation stands in for its arm until that arm is measured.
+        free, fixed = fit.measured("free", plain_s), fit.measured("fixed", plain_s)
+        fixed = best if fixed is None else (best[0], fixed)
+        return (k_max, free) if free is not None and free >= fixed[1] else fixed
 
     def _free_k(self, kind: str) -> int:
         """The cap of a round whose length the draft's confidence sets (0: none is)."""
@@ -401,12 +406,13 @@ class Speculator:
         asked, self._asked = self._asked, 0
         if k > 0 and kind:
             fit = self.fits.setdefault(kind, _RoundFit())
-            free = bool(asked) and asked == self._free_k(kind)
+            cap = self._free_k(kind)
+            arm = "" if not cap or not asked else "free" if asked == cap else "fixed"
             if expect is not None:  # a sampled chain: judged by its expected acceptance
                 fit.add(k, expect[0], seconds, c.draft_s - draft_s, rejected=expect[1],
-                        free=free)
+                        arm=arm)
             else:
-                fit.add(k, n, seconds, c.draft_s - draft_s, free=free)
+                fit.add(k, n, seconds, c.draft_s - draft_s, arm=arm)
         self._seen = (c.chained, c.accepted, c.draft_s,
                       {s: dd for s, (dd, _) in c.by_source.items()})
 
