@@ -150,9 +150,9 @@ def test_a_new_call_re_probes_and_a_paying_re_probe_resets_the_back_off():
 def test_a_confident_draft_keeps_its_own_round_length_where_that_measured_faster():
     """Rounds ended by the draft's confidence: each of k drafts, the last (where the draft
     was unsure) rejected. One acceptance rate for every position (k-1 of k) makes the fit
-    expect a shorter fixed K to pay most; the rounds as the draft ended them measured faster
-    than that, so they keep their length. Rounds cut at the fit's K that measure faster
-    still win: the two arms are compared as measured."""
+    expect a shorter fixed K to pay most; the rounds as the draft ended them pay (and measured
+    faster than that), so they keep their length. Where they stop paying, rounds cut at the
+    fit's K that measured faster take over: the two arms are compared as measured."""
     rng = random.Random(6)
     spec = Speculator(_StopsItself(), SpecPolicy(mode="auto"))
     spec.plain_tps.add(1 / 0.1)
@@ -169,7 +169,11 @@ def test_a_confident_draft_keeps_its_own_round_length_where_that_measured_faster
         fit.add(geometric[0], geometric[0], (geometric[0] + 1) * 0.1 / (1.5 * free),
                 0.0, arm="fixed")
     assert fit.measured("fixed", 0.1) == pytest.approx(1.5 * free)
-    assert spec.k_for("model") < 12 and spec.expected()[0] == pytest.approx(1.5 * free)
+    assert spec.k_for("model") == 12  # its own length still pays: it keeps drafting so
+    spec.plain_tps = type(spec.plain_tps)()
+    spec.plain_tps.add(1 / (0.1 / free * 0.9))  # plain measured faster: its length no longer pays
+    assert fit.measured("free", spec._plain_s()) < 1.0
+    assert spec.k_for("model") < 12 and spec.expected()[0] == pytest.approx(1.35)
     # Rounds at a pinned K are no arm's.
     pinned = Speculator(_StopsItself(), SpecPolicy(mode="auto", fixed_k=12))
     pinned.plain_tps.add(1 / 0.1)

@@ -353,11 +353,14 @@ class Speculator:
         # A draft that ends its rounds by its own confidence stops where it is unsure, so the
         # drafts it makes are accepted more often than one rate for every position says and
         # the fit undervalues its long confident runs. Its rounds of its own length and its
-        # rounds at the fit's K are each measured, and the faster arm drafts; the fit's
-        # expectation stands in for its arm until that arm is measured.
+        # rounds at the fit's K are each measured: its own length drafts while it pays (or
+        # measured faster than the cut rounds); where it does not, the fit's K (whose
+        # expectation stands in for that arm until the arm is measured).
         free, fixed = fit.measured("free", plain_s), fit.measured("fixed", plain_s)
         fixed = best if fixed is None else (best[0], fixed)
-        return (k_max, free) if free is not None and free >= fixed[1] else fixed
+        if free is not None and (free >= self.policy.min_speedup or free >= fixed[1]):
+            return k_max, free
+        return fixed
 
     def _free_k(self, kind: str) -> int:
         """The cap of a round whose length the draft's confidence sets (0: none is)."""
