@@ -318,16 +318,15 @@ class Speculator:
         ema = self.accepted_per_round.get(source)
         if source == "lookup":
             m = ema.value if ema and ema.n >= 2 else 4.0
-            k = max(2, min(self.policy.lookup_k_max, math.ceil(m) + 4))
+            k = max(2, min(self._cap("lookup"), math.ceil(m) + 4))
             # Where the measured cost says a shorter chain pays more, draft that long.
             best = self._best(source, k)
             return max(1, min(k, best[0])) if best else k
-        cap = (self.policy.confident_k_max if getattr(self.drafter, "stops_itself", False)
-               else self.policy.k_max)
+        cap = self._cap("model")
         best = self._best("model", cap)
         if best:  # measured: the K with the largest expected (or measured) speedup
             return best[0]
-        if getattr(self.drafter, "stops_itself", False):
+        if self._stops_itself():
             return cap  # unmeasured: the draft's confidence sets each round's length
         if ema is None or ema.n < 3:
             return min(5, self.policy.k_max)
@@ -362,20 +361,28 @@ class Speculator:
             return k_max, free
         return fixed
 
+    def _stops_itself(self) -> bool:
+        """Does the draft model end its rounds by its own confidence (K is only a cap)?"""
+        return getattr(self.drafter, "stops_itself", False)
+
+    def _cap(self, kind: str) -> int:
+        """The most drafts a round of `kind` ("model", "lookup") may ask for."""
+        if kind == "lookup":
+            return self.policy.lookup_k_max
+        return self.policy.confident_k_max if self._stops_itself() else self.policy.k_max
+
     def _free_k(self, kind: str) -> int:
         """The cap of a round whose length the draft's confidence sets (0: none is)."""
-        if kind != "model" or self.policy.fixed_k or not getattr(self.drafter, "stops_itself", False):
+        if kind != "model" or self.policy.fixed_k or not self._stops_itself():
             return 0
-        return self.policy.confident_k_max
+        return self._cap(kind)
 
     def expected(self) -> tuple[float, str] | None:
         """The best expected speedup over the drafter kinds measured here, and a summary of
         its figures; None until one is measured."""
         found = None
         for kind, fit in self.fits.items():
-            cap = (self.policy.lookup_k_max if kind == "lookup" else self.policy.confident_k_max
-                   if getattr(self.drafter, "stops_itself", False) else self.policy.k_max)
-            best = self._best(kind, self.policy.fixed_k or cap)
+            best = self._best(kind, self.policy.fixed_k or self._cap(kind))
             if best is None:
                 continue
             if self.policy.fixed_k:  # a pinned K is the only one there is
