@@ -230,3 +230,52 @@ def test_resample_answers_a_refused_block_afresh(git_repo):
     assert model.temps == [0.0, 0.7] and model.seen[1] == model.seen[0]
     assert any(isinstance(e, Warning) and "could not be used; answering" in e.message for e in events)
     assert _code(git_repo) == "def add(a, b):\n    return a + b\n"
+
+
+def test_a_failing_file_written_out_unchanged_is_tested_and_answered_afresh(git_repo):
+    """A new message about failing tests whose reply writes the file out as it stands (what a
+    small model does after a failed try) is tested like an edit, and the failure answered
+    afresh, instead of ending the message with nothing tried."""
+    _setup(git_repo)
+    model = Sampled([ONE, NONE])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=1))
+    _send(conv)
+    assert "a * b + 1" in _code(git_repo)  # attempt 1 kept (1 of 3 beats 0 of 3)
+    model.turns = [ONE, RIGHT]
+    tests, events = _send(conv, "The tests are correct. Fix the code in calc.py.")
+    assert [c.ok for c in tests] == [False, True]
+    assert model.temps[-2:] == [0.0, 0.7]
+    assert any(isinstance(e, Warning) and "out unchanged; running the checks" in e.message
+               for e in events)
+    assert events[-1].stop_reason == "answered" and _code(git_repo) == "def add(a, b):\n    return a + b\n"
+
+
+def test_an_unchanged_file_that_passes_ends_the_message_and_without_tests_is_not_run(git_repo):
+    _setup(git_repo)
+    model = Sampled([RIGHT, RIGHT])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=2))
+    _send(conv)
+    tests, events = _send(conv, "is add right?")
+    assert [c.ok for c in tests] == [True] and len(model.seen) == 2
+    assert events[-1].stop_reason == "answered"
+    model = Sampled([ONE, ONE])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    _send(conv)
+    tests, events = _send(conv, "again")
+    assert tests == [] and len(model.seen) == 2
+    assert not any(isinstance(e, Warning) and "running the checks" in e.message for e in events)
+
+
+@pytest.mark.parametrize("rounds, stop, calls", [(2, "answered", 2), (0, "repetition", 1)])
+def test_a_looping_reply_is_answered_afresh_while_fix_rounds_are_left(git_repo, rounds, stop, calls):
+    _setup(git_repo)
+    model = Sampled([RIGHT.replace("a + b", "a + b + a + b + a + b"), RIGHT], loop_at={1})
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=rounds))
+    tests, events = _send(conv)
+    assert events[-1].stop_reason == stop and len(model.seen) == calls
+    if rounds:
+        assert model.temps == [0.0, 0.7] and model.seen[1] == model.seen[0]
+        assert [c.ok for c in tests] == [True]
+        assert any(isinstance(e, Warning) and "kept repeating itself; answering" in e.message
+                   for e in events)
+        assert "kept repeating" in conv.messages[-2]["content"]  # the history says why

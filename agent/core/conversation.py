@@ -96,6 +96,8 @@ REFUSED_EDIT = "Your code was not applied:\n{why}\n\n{how}"  # the "diff" and "a
 UNCHANGED = ("The code you wrote for {files} is the file exactly as it already is, so nothing "
              "changed. If the task needs a change, write the whole file again with the change "
              "made; if it needs none, say so in one line, without a code block.")
+LOOPED = ("Your reply kept repeating the same text and was stopped. Answer the message again, "
+          "with each part of it written once.")
 REPEATED = ("Your code is the same as in your earlier reply, so it changes nothing and would "
             "fail the same way. Find what causes the error the message before it shows, then "
             "reply with the file's path on one line and the corrected code in one code block, "
@@ -121,7 +123,7 @@ class _Run:
     repeated: bool = False  # the last reply still repeats an earlier one (core/resample.py)
     nudged: bool = False  # ... and the model was told so (or that its file changed nothing)
     base: int = 0  # the history's length once the message was added (its replies come after)
-    touched: list[str] = field(default_factory=list)  # every file this message changed
+    touched: list[str] = field(default_factory=list)  # every file this message changed or checked
     attempts: Attempts = field(default_factory=Attempts)  # its test runs (core/attempts.py)
     fresh: bool = False  # the next reply answers the message afresh (fix_mode "resample")
 
@@ -220,6 +222,9 @@ class Conversation:
             cut = stats is not None and stats.finish_reason in CUT_SHORT
             calls = [] if cut else parse_calls(reply)
             if stats is not None and stats.finish_reason == "repetition" and not run.cancel.cancelled:
+                again = yield from self._after_loop(run)
+                if again:
+                    continue
                 yield from self._finish(run, "repetition", "the model kept repeating itself; "
                                         "the turn was stopped")
                 return
@@ -267,12 +272,37 @@ class Conversation:
             run.nudged = True  # once per message (as the repeat above)
             yield Warning(f"the reply wrote {', '.join(unchanged)} out unchanged; asking once more")
             return UNCHANGED.format(files=", ".join(unchanged))
+        if unchanged and self._test_as_answer(run):
+            # The reply offers the files as they stand as its answer; the tests say whether they
+            # are (a model shown a failure often writes its failed code out again).
+            yield Warning(f"the reply wrote {', '.join(unchanged)} out unchanged; running the checks on it")
+            run.edited += unchanged
+            run.touched += unchanged
         if run.edited:
             note = yield from self._checks(run)
             if note:
                 return note
         yield from self._keep_best(run)
         return (yield from self._stop_hooks(run))
+
+    def _test_as_answer(self, run: _Run) -> bool:
+        """Whether files a reply wrote out unchanged are checked as an edit would be: with a
+        test command, fix rounds left, and the files not known to pass as they are."""
+        now = run.attempts.now
+        return (self.cfg.auto_test and bool(self.cfg.test_cmd)
+                and run.fix_rounds < self.cfg.max_fix_rounds and not (now is not None and now.ok))
+
+    def _after_loop(self, run: _Run) -> Iterator[Event]:
+        """A reply the repetition guard stopped is no attempt at the message: while fix rounds
+        are left and fix_mode resamples, the message is answered afresh (True) instead of
+        ending there."""
+        if (run.fix_rounds >= self.cfg.max_fix_rounds or not resamples(self.cfg)
+                or not can_resample(self.model)):
+            return False
+        run.fix_rounds += 1
+        yield from self._afresh(run, "the model kept repeating itself")
+        self._append({"role": "user", "content": LOOPED})
+        return True
 
     def _finish_answer(self, run: _Run, stats: GenerationStats | None) -> Iterator[Event]:
         if run.cancel.cancelled:
