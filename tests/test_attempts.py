@@ -279,3 +279,18 @@ def test_a_looping_reply_is_answered_afresh_while_fix_rounds_are_left(git_repo, 
         assert any(isinstance(e, Warning) and "kept repeating itself; answering" in e.message
                    for e in events)
         assert "kept repeating" in conv.messages[-2]["content"]  # the history says why
+
+
+def test_a_broken_file_written_out_again_after_its_failure_is_answered_afresh(git_repo):
+    """A syntax error goes back to the model; a reply that writes the same broken file out
+    again is checked, and the failure it was already shown is answered afresh (fix_mode
+    resample) instead of being sent back once more."""
+    _setup(git_repo)
+    model = Sampled([BROKEN_CODE, BROKEN_CODE, RIGHT])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=3))
+    tests, events = _send(conv)
+    assert model.temps == [0.0, 0.0, 0.7] and model.seen[2] == model.seen[0]
+    assert "does not compile" in model.seen[1][-1]["content"]
+    assert any(isinstance(e, Warning) and "syntax check still fails; answering" in e.message
+               for e in events)
+    assert [c.ok for c in tests] == [True] and _code(git_repo) == "def add(a, b):\n    return a + b\n"

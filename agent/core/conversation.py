@@ -126,6 +126,7 @@ class _Run:
     touched: list[str] = field(default_factory=list)  # every file this message changed or checked
     attempts: Attempts = field(default_factory=Attempts)  # its test runs (core/attempts.py)
     fresh: bool = False  # the next reply answers the message afresh (fix_mode "resample")
+    rewrote: bool = False  # the files being checked are a reply's unchanged rewrite of them
 
 
 class Conversation:
@@ -278,6 +279,7 @@ class Conversation:
             yield Warning(f"the reply wrote {', '.join(unchanged)} out unchanged; running the checks on it")
             run.edited += unchanged
             run.touched += unchanged
+            run.rewrote = True
         if run.edited:
             note = yield from self._checks(run)
             if note:
@@ -530,6 +532,7 @@ class Conversation:
         from .checks import feedback, run_checks
 
         edited, run.edited = run.edited, []
+        rewrote, run.rewrote = run.rewrote, False
         if self.cfg.max_fix_rounds <= 0:
             return ""
         for out in run_checks(self.cfg, edited, self.ctx):
@@ -546,6 +549,8 @@ class Conversation:
                 run.fix_rounds += back
                 if back and out.kind == "test":
                     yield from self._afresh(run, score.describe())
+                elif back and rewrote:  # a failure the reply was shown and wrote out again
+                    yield from self._afresh(run, f"the {out.kind} check still fails")
                 whole = whole_fixes(self.cfg.edit_format, edited, self.root)
                 return feedback(out, self.root, whole) if back else ""
         return ""
