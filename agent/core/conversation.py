@@ -126,7 +126,6 @@ class _Run:
     touched: list[str] = field(default_factory=list)  # every file this message changed or checked
     attempts: Attempts = field(default_factory=Attempts)  # its test runs (core/attempts.py)
     fresh: bool = False  # the next reply answers the message afresh (fix_mode "resample")
-    rewrote: bool = False  # the files being checked are a reply's unchanged rewrite of them
 
 
 class Conversation:
@@ -273,15 +272,15 @@ class Conversation:
             run.nudged = True  # once per message (as the repeat above)
             yield Warning(f"the reply wrote {', '.join(unchanged)} out unchanged; asking once more")
             return UNCHANGED.format(files=", ".join(unchanged))
-        if unchanged and self._test_as_answer(run):
+        rewrote = bool(unchanged) and self._test_as_answer(run)
+        if rewrote:
             # The reply offers the files as they stand as its answer; the tests say whether they
             # are (a model shown a failure often writes its failed code out again).
             yield Warning(f"the reply wrote {', '.join(unchanged)} out unchanged; running the checks on it")
             run.edited += unchanged
             run.touched += unchanged
-            run.rewrote = True
         if run.edited:
-            note = yield from self._checks(run)
+            note = yield from self._checks(run, rewrote)
             if note:
                 return note
         yield from self._keep_best(run)
@@ -298,8 +297,7 @@ class Conversation:
         """A reply the repetition guard stopped is no attempt at the message: while fix rounds
         are left and fix_mode resamples, the message is answered afresh (True) instead of
         ending there."""
-        if (run.fix_rounds >= self.cfg.max_fix_rounds or not resamples(self.cfg)
-                or not can_resample(self.model)):
+        if run.fix_rounds >= self.cfg.max_fix_rounds or not self._resamples():
             return False
         run.fix_rounds += 1
         yield from self._afresh(run, "the model kept repeating itself")
@@ -526,13 +524,14 @@ class Conversation:
                 self.git.notes.clear()
         return call_tool(call.name, call.arguments, self.ctx), ""
 
-    def _checks(self, run: _Run) -> Iterator[Event]:
+    def _checks(self, run: _Run, rewrote: bool = False) -> Iterator[Event]:
         """Check the files edited since the last check (core/checks.py); returns the message
-        that gives a failure back to the model, or '' (all passed, or the rounds are spent)."""
+        that gives a failure back to the model, or '' (all passed, or the rounds are spent).
+        `rewrote`: the files are a reply's unchanged rewrite, so a failure of any check is one
+        the model was already shown."""
         from .checks import feedback, run_checks
 
         edited, run.edited = run.edited, []
-        rewrote, run.rewrote = run.rewrote, False
         if self.cfg.max_fix_rounds <= 0:
             return ""
         for out in run_checks(self.cfg, edited, self.ctx):
@@ -555,10 +554,14 @@ class Conversation:
                 return feedback(out, self.root, whole) if back else ""
         return ""
 
+    def _resamples(self) -> bool:
+        """Whether a failure is answered by a fresh reply (fix_mode, and a model that samples)."""
+        return resamples(self.cfg) and can_resample(self.model)
+
     def _afresh(self, run: _Run, why: str) -> Iterator[Event]:
         """When fix_mode resamples (attempts.resamples), have the next reply answer the
         message afresh."""
-        if resamples(self.cfg) and can_resample(self.model):
+        if self._resamples():
             run.fresh = True
             yield Warning(f"{why}; answering the message afresh (fix_mode {self.cfg.fix_mode})")
 
