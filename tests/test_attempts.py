@@ -258,7 +258,7 @@ def test_an_unchanged_file_that_passes_ends_the_message_and_without_tests_is_not
     tests, events = _send(conv, "is add right?")
     assert [c.ok for c in tests] == [True] and len(model.seen) == 2
     assert events[-1].stop_reason == "answered"
-    model = Sampled([ONE, ONE])
+    model = Sampled([ONE, "calc.py is done:\n" + ONE])
     conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
     _send(conv)
     tests, events = _send(conv, "again")
@@ -294,3 +294,54 @@ def test_a_broken_file_written_out_again_after_its_failure_is_answered_afresh(gi
     assert any(isinstance(e, Warning) and "syntax check still fails; answering" in e.message
                for e in events)
     assert [c.ok for c in tests] == [True] and _code(git_repo) == "def add(a, b):\n    return a + b\n"
+
+
+ADD = "def add(a, b):\n    return a + b\n"
+WITH_DOC = 'calc.py\n```python\ndef add(a, b):\n    """Return a + b."""\n    return a + b\n```\n'
+
+
+@pytest.mark.parametrize("quote", [
+    "calc.py\n```python\n" + ADD + "```\n",
+    '<file path="calc.py">\n' + ADD + "</file>",
+    "```python\n" + ADD + "```",  # the attached file's block, unnamed
+])
+def test_a_reply_that_only_writes_the_file_as_it_is_is_answered_afresh(git_repo, quote):
+    """Without tests to judge it, a reply that is nothing but the files as they stand made no
+    attempt at the message: while fix rounds are left it is answered by a fresh sample."""
+    (git_repo / "calc.py").write_text(ADD)
+    subprocess.run(["git", "commit", "-qam", "add"], cwd=git_repo, check=True)
+    model = Sampled([quote, WITH_DOC])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off",
+                                                   attach_mentioned=True))
+    events = list(conv.send("add a docstring to add in calc.py"))
+    assert model.temps == [0.0, 0.7] and model.seen[1] == model.seen[0]
+    assert any(isinstance(e, Warning) and "only wrote calc.py out unchanged; answering the "
+               "message afresh" in e.message for e in events)
+    assert "Return a + b." in _code(git_repo) and events[-1].stop_reason == "answered"
+    assert "nothing changed" in conv.messages[-2]["content"]  # the history says why
+
+
+@pytest.mark.parametrize("reply, over", [
+    ("Here it is:\ncalc.py\n```python\n" + ADD + "```\nIt adds its arguments.", {}),  # an answer
+    ("calc.py\n```python\n" + ADD + "```\n", {"max_fix_rounds": 0}),
+    ("calc.py\n```python\n" + ADD + "```\n", {"fix_mode": "repair"}),
+])
+def test_a_quote_with_words_or_without_fresh_samples_ends_the_message(git_repo, reply, over):
+    (git_repo / "calc.py").write_text(ADD)
+    subprocess.run(["git", "commit", "-qam", "add"], cwd=git_repo, check=True)
+    model = Sampled([reply, WITH_DOC])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off", **over))
+    events = list(conv.send("what does add in calc.py do?"))
+    assert len(model.seen) == 1 and events[-1].stop_reason == "answered"
+    assert _code(git_repo) == ADD
+
+
+def test_an_unchanged_file_with_tests_is_judged_by_them_not_resampled(git_repo):
+    _setup(git_repo)
+    (git_repo / "calc.py").write_text(ADD)
+    subprocess.run(["git", "commit", "-qam", "add"], cwd=git_repo, check=True)
+    model = Sampled([RIGHT, WITH_DOC])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=2))
+    tests, events = _send(conv, "make add pass calc_test.py")
+    assert [c.ok for c in tests] == [True] and len(model.seen) == 1
+    assert _code(git_repo) == ADD

@@ -55,8 +55,9 @@ def test_resampling_is_bounded_and_can_be_off(git_repo):
     # Two resamples, then the repeat stands; it is pointed out once (a turn at 0.0, its repeat
     # resampled, and the script has run out: "Done.").
     assert model.temps == [0.0, 0.0, 0.7, 0.7, 0.0, 0.7]
-    model = Sampled([CODE, CODE])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole", resample_temperature=0))
+    model = Sampled([CODE, CODE])  # (fix_mode "repair": no fresh replies either)
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", resample_temperature=0,
+                                                   fix_mode="repair"))
     list(conv.send("change add"))
     list(conv.send("again"))
     assert model.temps == [0.0, 0.0]  # no resampling, and no pointing out

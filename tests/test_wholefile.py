@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import subprocess
 
+import pytest
 from scripted import ScriptedModel, conversation, full_auto, git_repo  # noqa: F401
 
 from agent.config import Config
-from agent.core.wholefile import FileBlock, judge, parse_blocks
+from agent.core.wholefile import FileBlock, judge, parse_blocks, prose
 from agent.events import AgentResult, GitAction, ToolCallFinished, Warning
 
 NEW_CALC = "def add(a, b):\n    \"\"\"Return a + b.\"\"\"\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
@@ -181,3 +182,16 @@ def test_names_are_not_looked_up_in_the_files_the_message_names(git_repo):
     msg = model.seen[0][-1]["content"]
     assert "use.py:1: from calc import sub" in msg and "calc.py:" not in msg.split("Attached")[0]
     assert '<file path="calc.py">' in msg and '<file path="use.py">' in msg
+
+
+@pytest.mark.parametrize("reply, want", [
+    ("calc.py\n```python\nx = 1\n```\n", ""),
+    ("**calc.py**\n\n```python\nx = 1\n```\n\nutil.py:\n```\ny = 2\n```", ""),
+    ('<file path="calc.py">\nx = 1\n</file>\n', ""),
+    ("```python\nx = 1\n```", ""),
+    ("```python\nx = 1\n", ""),  # cut short inside the block
+    ("Here is calc.py:\n```python\nx = 1\n```\nDone.", "Here is calc.py:\nDone."),
+    ("It is fine as it is.", "It is fine as it is."),
+])
+def test_prose_is_the_text_outside_code_blocks_and_their_path_lines(reply, want):
+    assert prose(reply) == want

@@ -42,7 +42,7 @@ from .attach import ATTACHED, attach_mentions
 from .prompt import system_prompt
 from .resample import at_temperature, can_resample
 from .searchreplace import FIX_HOW, apply_edits, is_edit_fence, parse_edits, whole_fixes, whole_verdict
-from .wholefile import judge, parse_blocks, quotes
+from .wholefile import judge, parse_blocks, prose, quotes
 from ..choices import BLOCK_EDIT_FORMATS
 
 
@@ -119,6 +119,8 @@ class _Run:
     fix_rounds: int = 0  # failed checks fed back to the model
     refused: list[str] = field(default_factory=list)  # why code blocks of the last reply were not applied
     unchanged: list[str] = field(default_factory=list)  # files the last reply wrote out again, unchanged
+    same: list[str] = field(default_factory=list)  # files the last reply wrote out as they are
+    bare: bool = False  # the last reply was code blocks and nothing else
     changed_any: bool = False  # an edit of this message applied
     repeated: bool = False  # the last reply still repeats an earlier one (core/resample.py)
     nudged: bool = False  # ... and the model was told so (or that its file changed nothing)
@@ -272,6 +274,17 @@ class Conversation:
             run.nudged = True  # once per message (as the repeat above)
             yield Warning(f"the reply wrote {', '.join(unchanged)} out unchanged; asking once more")
             return UNCHANGED.format(files=", ".join(unchanged))
+        same, run.same = run.same, []
+        offered = same if run.bare and not run.changed_any else []
+        if (offered and not self._tests_judge() and run.fix_rounds < self.cfg.max_fix_rounds
+                and self._resamples()):
+            # Only the files as they stand, not a word besides: no attempt at the message (the
+            # 0.5B answers "add a docstring" so), and without tests to judge it, nothing to
+            # keep; a fresh sample of the message is.
+            run.fix_rounds += 1
+            yield from self._afresh(run, f"the reply only wrote {', '.join(offered)} out unchanged")
+            return UNCHANGED.format(files=", ".join(offered))
+        unchanged = list(dict.fromkeys(unchanged + offered))
         rewrote = bool(unchanged) and self._test_as_answer(run)
         if rewrote:
             # The reply offers the files as they stand as its answer; the tests say whether they
@@ -286,12 +299,16 @@ class Conversation:
         yield from self._keep_best(run)
         return (yield from self._stop_hooks(run))
 
+    def _tests_judge(self) -> bool:
+        """Whether a test command runs after edits (test_cmd, auto_test on)."""
+        return self.cfg.auto_test and bool(self.cfg.test_cmd)
+
     def _test_as_answer(self, run: _Run) -> bool:
         """Whether files a reply wrote out unchanged are checked as an edit would be: with a
         test command, fix rounds left, and the files not known to pass as they are."""
         now = run.attempts.now
-        return (self.cfg.auto_test and bool(self.cfg.test_cmd)
-                and run.fix_rounds < self.cfg.max_fix_rounds and not (now is not None and now.ok))
+        return (self._tests_judge() and run.fix_rounds < self.cfg.max_fix_rounds
+                and not (now is not None and now.ok))
 
     def _after_loop(self, run: _Run) -> Iterator[Event]:
         """A reply the repetition guard stopped is no attempt at the message: while fix rounds
@@ -389,6 +406,7 @@ class Conversation:
         attached = list(dict.fromkeys(ATTACHED.findall(message)))
         default = attached[0] if len(attached) == 1 else ""
         text, fmt = strip_calls(reply), self.cfg.edit_format
+        run.bare = not prose(text)
         edited: set[str] = set()
         if fmt != "whole":
             edits, malformed = parse_edits(text, default)
@@ -407,6 +425,7 @@ class Conversation:
                 continue
             verdict = judge(block, self.root) if fmt == "whole" else whole_verdict(block, self.root, fmt)
             if verdict == "same":
+                run.same.append(block.path)
                 # (UNCHANGED asks for the whole file again, which "diff" does not take)
                 if fmt != "diff" and self._wrote_before(block.content):
                     run.unchanged.append(block.path)

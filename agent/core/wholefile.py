@@ -119,6 +119,30 @@ def fences(text: str) -> list[Fence]:
     return out
 
 
+def prose(text: str) -> str:
+    """The reply's text outside its code blocks (fenced and `<file>` ones, closed or not) and
+    the lines just above a block that name its path: '' for a reply that is only code."""
+    lines = FILE_BLOCK.sub("", text).split("\n")
+    kept: list[str] = []
+    i = 0
+    while i < len(lines):
+        m = FENCE.match(lines[i].strip())
+        if not m:
+            kept.append(lines[i])
+            i += 1
+            continue
+        fence = m.group(1)
+        while kept and not kept[-1].strip():
+            kept.pop()
+        if kept and _path_in(kept[-1]):
+            kept.pop()
+        end = next((j for j in range(i + 1, len(lines))
+                    if lines[j].strip().startswith(fence[0] * len(fence))
+                    and not lines[j].strip().strip(fence[0])), len(lines))
+        i = end + 1
+    return "\n".join(kept).strip()
+
+
 def parse_blocks(text: str, default: str = "", skip=None) -> list[FileBlock]:
     """Every whole-file block in a reply, in order (a later block for a path wins). A code
     block without a path is taken for `default` (the one file attached to the message), if
