@@ -307,12 +307,13 @@ WITH_DOC = 'calc.py\n```python\ndef add(a, b):\n    """Return a + b."""\n    ret
 ])
 def test_a_reply_that_only_writes_the_file_as_it_is_is_answered_afresh(git_repo, quote):
     """Without tests to judge it, a reply that is nothing but the files as they stand made no
-    attempt at the message: while fix rounds are left it is answered by a fresh sample."""
+    attempt at the message: with fix_mode "resample", while fix rounds are left, it is
+    answered by a fresh sample."""
     (git_repo / "calc.py").write_text(ADD)
     subprocess.run(["git", "commit", "-qam", "add"], cwd=git_repo, check=True)
     model = Sampled([quote, WITH_DOC])
     conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off",
-                                                   attach_mentioned=True))
+                                                   attach_mentioned=True, fix_mode="resample"))
     events = list(conv.send("add a docstring to add in calc.py"))
     assert model.temps == [0.0, 0.7] and model.seen[1] == model.seen[0]
     assert any(isinstance(e, Warning) and "only wrote calc.py out unchanged; answering the "
@@ -322,9 +323,11 @@ def test_a_reply_that_only_writes_the_file_as_it_is_is_answered_afresh(git_repo,
 
 
 @pytest.mark.parametrize("reply, over", [
-    ("Here it is:\ncalc.py\n```python\n" + ADD + "```\nIt adds its arguments.", {}),  # an answer
-    ("calc.py\n```python\n" + ADD + "```\n", {"max_fix_rounds": 0}),
+    ("Here it is:\ncalc.py\n```python\n" + ADD + "```\nIt adds its arguments.",  # an answer
+     {"fix_mode": "resample"}),
+    ("calc.py\n```python\n" + ADD + "```\n", {"fix_mode": "resample", "max_fix_rounds": 0}),
     ("calc.py\n```python\n" + ADD + "```\n", {"fix_mode": "repair"}),
+    ("calc.py\n```python\n" + ADD + "```\n", {}),  # "auto": no fresh samples without tests
 ])
 def test_a_quote_with_words_or_without_fresh_samples_ends_the_message(git_repo, reply, over):
     (git_repo / "calc.py").write_text(ADD)

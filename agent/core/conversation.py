@@ -277,10 +277,11 @@ class Conversation:
         same, run.same = run.same, []
         offered = same if run.bare and not run.changed_any else []
         if (offered and not self._tests_judge() and run.fix_rounds < self.cfg.max_fix_rounds
-                and self._resamples()):
+                and self.cfg.fix_mode == "resample" and self._resamples()):
             # Only the files as they stand, not a word besides: no attempt at the message (the
-            # 0.5B answers "add a docstring" so), and without tests to judge it, nothing to
-            # keep; a fresh sample of the message is.
+            # 0.5B answers "add a docstring" so). Without tests nothing picks among samples, so
+            # only an explicit fix_mode "resample" draws a fresh one (on 27 Exercism exercises
+            # the default model's fresh samples passed none, and one broke a class).
             run.fix_rounds += 1
             yield from self._afresh(run, f"the reply only wrote {', '.join(offered)} out unchanged")
             return UNCHANGED.format(files=", ".join(offered))
