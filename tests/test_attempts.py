@@ -339,12 +339,15 @@ def test_a_quote_with_words_or_without_fresh_samples_ends_the_message(git_repo, 
     assert _code(git_repo) == ADD
 
 
-def test_an_unchanged_file_with_tests_is_judged_by_them_not_resampled(git_repo):
+def test_a_first_quote_of_a_file_with_tests_set_is_neither_tested_nor_resampled(git_repo):
+    """A reply that only shows a file as it is, the first time, may answer a question ("show
+    me calc.py"): with a test command set it is not taken for an attempt (a second one, after
+    a failure, is: the test above)."""
     _setup(git_repo)
     (git_repo / "calc.py").write_text(ADD)
     subprocess.run(["git", "commit", "-qam", "add"], cwd=git_repo, check=True)
     model = Sampled([RIGHT, WITH_DOC])
-    conv = conversation(git_repo, model, _cfg(max_fix_rounds=2))
-    tests, events = _send(conv, "make add pass calc_test.py")
-    assert [c.ok for c in tests] == [True] and len(model.seen) == 1
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=2, fix_mode="resample"))
+    tests, events = _send(conv, "show me calc.py")
+    assert tests == [] and len(model.seen) == 1 and events[-1].stop_reason == "answered"
     assert _code(git_repo) == ADD

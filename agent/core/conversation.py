@@ -285,7 +285,6 @@ class Conversation:
             run.fix_rounds += 1
             yield from self._afresh(run, f"the reply only wrote {', '.join(offered)} out unchanged")
             return UNCHANGED.format(files=", ".join(offered))
-        unchanged = list(dict.fromkeys(unchanged + offered))
         rewrote = bool(unchanged) and self._test_as_answer(run)
         if rewrote:
             # The reply offers the files as they stand as its answer; the tests say whether they
