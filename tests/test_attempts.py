@@ -258,7 +258,7 @@ def test_an_unchanged_file_that_passes_ends_the_message_and_without_tests_is_not
     tests, events = _send(conv, "is add right?")
     assert [c.ok for c in tests] == [True] and len(model.seen) == 2
     assert events[-1].stop_reason == "answered"
-    model = Sampled([ONE, "calc.py is done:\n" + ONE])
+    model = Sampled([ONE, ONE])
     conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
     _send(conv)
     tests, events = _send(conv, "again")

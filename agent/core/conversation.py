@@ -277,7 +277,7 @@ class Conversation:
         same, run.same = run.same, []
         offered = same if run.bare and not run.changed_any else []
         if (offered and not self._tests_judge() and run.fix_rounds < self.cfg.max_fix_rounds
-                and self.cfg.fix_mode == "resample" and self._resamples()):
+                and self.cfg.fix_mode == "resample" and can_resample(self.model)):
             # Only the files as they stand, not a word besides: no attempt at the message (the
             # 0.5B answers "add a docstring" so). Without tests nothing picks among samples, so
             # only an explicit fix_mode "resample" draws a fresh one (on 27 Exercism exercises

@@ -94,6 +94,13 @@ class Fence:
     body: str
 
 
+def _closing(lines: list[str], i: int, fence: str) -> int | None:
+    """The index of the line that closes the fence opened at lines[i] (None: unclosed)."""
+    return next((j for j in range(i + 1, len(lines))
+                 if lines[j].strip().startswith(fence[0] * len(fence))
+                 and not lines[j].strip().strip(fence[0])), None)
+
+
 def fences(text: str) -> list[Fence]:
     """The reply's closed code blocks, in order; an unclosed one (a reply cut short) and any
     after it are left out, so they are never applied."""
@@ -106,9 +113,7 @@ def fences(text: str) -> list[Fence]:
             i += 1
             continue
         fence, info = m.group(1), m.group(2)
-        end = next((j for j in range(i + 1, len(lines))
-                    if lines[j].strip().startswith(fence[0] * len(fence))
-                    and not lines[j].strip().strip(fence[0])), None)
+        end = _closing(lines, i, fence)
         if end is None:
             break
         path = _info_path(info) or next(
@@ -131,15 +136,12 @@ def prose(text: str) -> str:
             kept.append(lines[i])
             i += 1
             continue
-        fence = m.group(1)
         while kept and not kept[-1].strip():
             kept.pop()
         if kept and _path_in(kept[-1]):
             kept.pop()
-        end = next((j for j in range(i + 1, len(lines))
-                    if lines[j].strip().startswith(fence[0] * len(fence))
-                    and not lines[j].strip().strip(fence[0])), len(lines))
-        i = end + 1
+        end = _closing(lines, i, m.group(1))
+        i = len(lines) if end is None else end + 1
     return "\n".join(kept).strip()
 
 
