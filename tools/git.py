@@ -23,6 +23,7 @@ commands this runs, so `!` aliases never run. Raises GitPython's `GitCommandErro
 
 from __future__ import annotations
 
+import atexit
 import os
 import subprocess
 import tempfile
@@ -69,7 +70,16 @@ def no_hooks_dir() -> str:
     if _NO_HOOKS is None or not os.path.isdir(_NO_HOOKS):
         _NO_HOOKS = tempfile.mkdtemp(prefix="spec-agent-nohooks-")
         os.chmod(_NO_HOOKS, 0o500)
+        atexit.register(_remove_empty, _NO_HOOKS)
     return _NO_HOOKS
+
+
+def _remove_empty(path: str) -> None:
+    """Remove the hooks folder at exit (it stays empty, so rmdir is enough)."""
+    try:
+        os.rmdir(path)
+    except OSError:
+        pass
 
 
 def with_config(env: dict[str, str], pairs: list[tuple[str, str]] | tuple[tuple[str, str], ...]) -> dict[str, str]:
