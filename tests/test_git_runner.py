@@ -4,6 +4,7 @@ were planted by a sandboxed command runs none of its programs when our own tools
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -83,8 +84,6 @@ def test_failures_and_timeouts_are_one_error(tmp_path):
 def test_the_empty_hooks_folder_is_removed_when_the_process_exits(tmp_path):
     """Every process that runs git makes one empty folder for core.hooksPath; it must not
     stay behind in the temp dir (a CI job running the agent many times would collect them)."""
-    import sys
-
     code = "from tools import git; p = git.no_hooks_dir(); import os; print(p, os.path.isdir(p))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          cwd=Path(__file__).resolve().parents[1]).stdout.split()
