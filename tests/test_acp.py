@@ -348,7 +348,9 @@ def test_real_engine_cancel_keeps_conversation_and_caches_consistent(tmp_path, r
     assert again.stop_reason in ("end_turn", "max_tokens") and fresh.stop_reason == again.stop_reason
     assert len(set(warm_text)) > 10  # varied text, not one repeated token
     assert warm_text == cold_text and again.usage.output_tokens == fresh.usage.output_tokens
-    assert again.usage.cached_read_tokens > 0 and fresh.usage.cached_read_tokens == 0  # warm vs cold
+    # The warm process reads the cancelled turn's cache; the cold one only what its own turn
+    # wrote (this pair loops, and a turn stopped for repeating itself asks the model again).
+    assert again.usage.cached_read_tokens > fresh.usage.cached_read_tokens
     assert saved(repo, home_a, sid)[:4] == saved(repo, home_b, sid)[:4]
     usage = warm.of("usage_update")
     assert usage and usage[-1].size > 0 and "decode_tps" in usage[-1].field_meta["spec-agent"]

@@ -35,3 +35,11 @@ def test_loop_detection():
     assert loop_period([7] * 30) == 1
     assert loop_period(list(range(40))) == 0
     assert loop_period([1, 2] * 3) == 0  # too short to judge
+
+
+def test_measure_auto_refuses_an_unknown_workload(capsys):
+    from agent.bench import measure_auto
+
+    assert measure_auto.main(["--workloads", "tool_call,nope"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown workload(s) nope" in err and "tool_call" in err

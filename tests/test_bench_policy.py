@@ -179,3 +179,34 @@ def test_a_confident_draft_keeps_its_own_round_length_where_that_measured_faster
     pinned.plain_tps.add(1 / 0.1)
     feed(pinned, "draft", [(k, k - 1) for k in (3, 5, 7, 9)], 0.1, step_s=0.03, free=True)
     assert pinned.fits["model"].arms == {"free": [0.0, 0.0, 0], "fixed": [0.0, 0.0, 0]}
+
+
+def test_before_plain_is_measured_a_clearly_losing_draft_is_switched_off():
+    """No plain probe up front: rounds are judged against the most a plain step can cost (the
+    round's own verify pass). Twelve drafts that are almost all rejected lose even then; a
+    draft that lands most of its rounds is left on until plain speed is measured."""
+
+    def rounds(spec, accepted, n=6, k=12, step_s=0.02, verify_s=0.13):
+        c = spec.call
+        for _ in range(n):
+            c.drafted += k
+            c.chained += k
+            c.accepted += accepted
+            c.rounds += 1
+            c.draft_s += step_s * k
+            c.verify_s += verify_s
+            tally = c.by_source.setdefault("draft", [0, 0])
+            tally[0] += k
+            tally[1] += accepted
+            spec._note_round(accepted + 1, step_s * k + verify_s)
+
+    bad = Speculator(_StopsItself(), SpecPolicy(mode="auto"))
+    rounds(bad, accepted=0)
+    reason = bad._expected_off()
+    assert reason and "at most 0.35x" in reason  # 1 token per 0.37 s, a step at most 0.13 s
+    good = Speculator(_StopsItself(), SpecPolicy(mode="auto"))
+    rounds(good, accepted=9)
+    assert good._expected_off() is None
+    # Once a plain step is measured, the cost model judges instead of the bound.
+    bad.plain_tps.add(1 / 0.1)
+    assert "expected speedup" in (bad._expected_off() or "")

@@ -262,6 +262,10 @@ class Speculator:
         # recent rounds' speed weighted by their time, which the on/off decision uses (an
         # average of per-round speeds swings with a few short failed rounds).
         self.recent = (0.0, 0.0)
+        # The same rounds' verify-pass seconds and their count, decayed alike: a plain step
+        # costs at most a verify pass, so before plain speed is measured recent rounds run at
+        # most (tokens / seconds) x (verify seconds per round) times as fast as plain.
+        self.recent_verify = (0.0, 0.0)
         self.plain_tps = _Ema()  # tokens per second of single plain steps
         # Time source of those speeds (a bench that pauses decoding mid-turn pauses it too).
         self.clock: Callable[[], float] = time.perf_counter
@@ -276,7 +280,8 @@ class Speculator:
         self.off_reason = ""  # why auto switched drafting off, while it is off
         self.fits: dict[str, _RoundFit] = {}  # drafter kind ("model", "lookup") -> recent rounds
         self.reprobing = False  # drafting came back on and has not yet been judged
-        self._seen = (0, 0, 0.0, {})  # the call's chained, accepted, draft_s, by_source before a round
+        # The call's chained, accepted, draft_s, by_source and verify_s before a round.
+        self._seen = (0, 0, 0.0, {}, 0.0)
         self._expect: tuple[float, float] | None = None  # the last sampled round's expectations
         self._asked = 0  # the K the last round was asked to draft (0: a forced round)
 
@@ -403,11 +408,13 @@ class Speculator:
         d = self.RECENT_DECAY
         self.recent = (d * self.recent[0] + tokens, d * self.recent[1] + seconds)
         c = self.call
+        self.recent_verify = (d * self.recent_verify[0] + c.verify_s - self._seen[4],
+                              d * self.recent_verify[1] + 1)
         # A tree round is fitted as the chain it extends: K is its main line's length and a
         # rejection is an accepted path shorter than that line. Its side branches add verify
         # rows (their cost is in the round's time), not drafts a chain would have made;
         # counted as drafts, every tree round would read as a rejection and shorten K.
-        chained, accepted, draft_s, by_source = self._seen
+        chained, accepted, draft_s, by_source, _ = self._seen
         k, n = c.chained - chained, c.accepted - accepted
         if kind is None:  # which drafter: the source whose tally grew
             grown = [s for s, (dd, _) in c.by_source.items() if dd > by_source.get(s, 0)]
@@ -424,7 +431,7 @@ class Speculator:
             else:
                 fit.add(k, n, seconds, c.draft_s - draft_s, arm=arm)
         self._seen = (c.chained, c.accepted, c.draft_s,
-                      {s: dd for s, (dd, _) in c.by_source.items()})
+                      {s: dd for s, (dd, _) in c.by_source.items()}, c.verify_s)
 
     def _expected_off(self) -> str | None:
         """A reason to switch off when the expected speedup of the best K is below the
@@ -435,13 +442,29 @@ class Speculator:
             return None
         got = self.expected()
         if got is None:
-            return None
+            return self._bound_off()
         if got[0] >= self.policy.min_speedup:
             if self.reprobing:  # a re-probe that pays: the next loss backs off briefly again
                 self.reprobing = False
                 self.backoff = self.policy.backoff_tokens
             return None
         return f"expected speedup {got[0]:.2f}x < {self.policy.min_speedup:g} ({got[1]})"
+
+    def _bound_off(self) -> str | None:
+        """Before a plain step is measured: a reason to switch off when recent rounds are
+        slower than plain even if a plain step cost as much as their verify passes (it costs
+        at most that: a verify pass feeds the pending token and the drafts, a plain step the
+        pending token alone). A draft whose rounds spend most of their time drafting tokens
+        that are then rejected is caught here without a plain probe."""
+        tokens, seconds = self.recent
+        verify, rounds = self.recent_verify
+        if self._plain_s() > 0 or seconds <= 0 or rounds <= 0 or verify <= 0:
+            return None
+        bound = tokens / seconds * verify / rounds
+        if bound >= self.policy.min_speedup:
+            return None
+        return (f"at most {bound:.2f}x plain < {self.policy.min_speedup:g} (recent rounds, with a "
+                f"plain step costing a verify pass)")
 
     def _check_speed(self) -> str | None:
         """Decide on/off from measured speeds; returns a reason when switching off."""
@@ -464,16 +487,16 @@ class Speculator:
         """Yield `Batch`es or events until the session stops us or `cancel`
         is set (checked before every round, so a cancel never splits a round)."""
         self.call = _CallStats()
-        self._seen = (0, 0, 0.0, {})
+        self._seen = (0, 0, 0.0, {}, 0.0)
         cancel = cancel or CancelToken()
         if self.policy.mode == "auto" and not self.enabled:
             # A new call is new text (a tool result, another file): re-probe now rather than
             # decode it plain for what is left of the last call's back-off.
             self._reprobe()
-        # auto: a few plain tokens first when plain speed is unmeasured, so the first rounds
-        # can be judged as soon as they are measured (plain tokens are never lost)
-        self.probe_plain = (self.policy.plain_probe if self.policy.mode == "auto"
-                            and self.plain_tps.n == 0 and self.enabled else 0)
+        # auto: no plain tokens up front. Until plain speed is measured (on a lookup miss, or
+        # by the plain probe of the first measured check after `probe_rounds` rounds), rounds
+        # are judged against the most a plain step can cost, their own verify pass.
+        self.probe_plain = 0
         draft: Draft | None = None  # proposed at the end of a run of plain tokens
         while not cancel.cancelled:
             if self.probe_plain or not self.enabled:

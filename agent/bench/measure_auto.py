@@ -1,0 +1,100 @@
+"""`--speculation auto` against plain decoding, one seed at a time, on the trained pair's bench
+workloads: the check of "auto never loses" where one run is not enough.
+
+At a temperature above 0 each run samples its own text, so a single run's ratio to plain
+mixes the drafter's speed with the luck of the text (a sampled tool call that leaves the
+schema the prompt holds gives lookup nothing to copy). Here every seed runs plain, then
+`auto` with the chosen drafter, from the same seed and the same cached prompt, and the
+ratios are reported per seed and as their mean and minimum. One JSON line per (workload,
+seed) on stdout, a summary line per workload at the end.
+
+Usage: .venv/bin/python -m agent.bench.measure_auto [--workloads tool_call,edit]
+    [--drafter lookup|model|combined] [--seeds 1,2,3,4] [--tokens 48] [--temperature 0.7]
+    [--top-p 0.95]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+import mlx.core as mx
+
+from ..config import Config
+from ..engine.drafters import Combined, DraftModel, PromptLookup
+from ..engine.prefix_store import PrefixStore
+from ..engine.sampling import SamplingParams
+from ..engine.session import Session, render_chat
+from ..engine.speculative import SpecPolicy, Speculator
+from .common import timed
+from .pair import load_pair, workloads
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--workloads", default="function,explain,tool_call,edit")
+    ap.add_argument("--drafter", choices=("lookup", "model", "combined"), default="lookup")
+    ap.add_argument("--seeds", default="1,2,3,4")
+    ap.add_argument("--tokens", type=int, default=48)
+    ap.add_argument("--temperature", type=float, default=0.7)
+    ap.add_argument("--top-p", type=float, default=0.95)
+    args = ap.parse_args(argv)
+    known = workloads()
+    names = args.workloads.split(",")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        print(f"unknown workload(s) {', '.join(unknown)}; known: {', '.join(known)}",
+              file=sys.stderr)
+        return 2
+    seeds = [int(s) for s in args.seeds.split(",")]
+    def log(s: str) -> None:
+        print(s, file=sys.stderr, flush=True)
+
+    target, draft, _ = load_pair("qwen-coder", log)
+    cfg = Config()
+    params = SamplingParams(temperature=args.temperature, top_p=args.top_p)
+
+    def speculator() -> Speculator:
+        """A fresh speculator per run: each seed meets `auto` as a new session does."""
+        lookup = PromptLookup()
+        if args.drafter == "lookup":
+            return Speculator(lookup, SpecPolicy(mode="auto"))
+        model = DraftModel(draft, cfg.draft_confidence,
+                           min(target.vocab_size, draft.vocab_size), cfg.draft_vocab)
+        return Speculator(model if args.drafter == "model" else Combined(model, lookup),
+                          SpecPolicy(mode="auto"))
+
+    store = PrefixStore(None, memory_mb=4096, disk_mb=0)
+    for name in names:
+        messages, tools = known[name]
+        prompt = render_chat(target.tokenizer, messages, tools)
+        mx.random.seed(0)
+        timed(Session(target, store=store), prompt, 2, params)  # the prompt's KV, shared
+        ratios = []
+        for seed in seeds:
+            mx.random.seed(seed)
+            plain = timed(Session(target, store=store), prompt, args.tokens, params)
+            spec = speculator()
+            mx.random.seed(seed)
+            ours = timed(Session(target, speculator=spec, store=store), prompt, args.tokens,
+                         params)
+            st = ours.stats
+            ratios.append(ours.tps / plain.tps)
+            print(json.dumps(dict(
+                workload=name, seed=seed, drafter=args.drafter, plain_tps=round(plain.tps, 3),
+                auto_tps=round(ours.tps, 3), ratio=round(ratios[-1], 3), rounds=st.rounds,
+                drafted=st.drafted, accepted=st.accepted, on_at_end=spec.enabled,
+                off_reason=spec.off_reason,
+                expected=None if spec.expected() is None else round(spec.expected()[0], 3))),
+                flush=True)
+        print(json.dumps(dict(workload=name, drafter=args.drafter, seeds=len(seeds),
+                              temperature=args.temperature, tokens=args.tokens,
+                              mean_ratio=round(statistics.fmean(ratios), 3),
+                              min_ratio=round(min(ratios), 3))), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
