@@ -77,6 +77,12 @@ def screen_text(app: AgentApp) -> str:
     return console.export_text()
 
 
+async def until_approval(pilot, app: AgentApp) -> None:
+    """Until the approval dialog is up and drawn (on a loaded machine the screen is pushed a
+    few frames before its first paint, and reads empty until then)."""
+    await until(pilot, lambda: isinstance(app.screen, ApprovalScreen) and screen_text(app).strip())
+
+
 def status_text(app: AgentApp) -> str:
     return app.status.render().plain
 
@@ -237,7 +243,7 @@ def test_approval_yes_edits_and_no_does_not(repo, key, edited):
 
     async def scenario(pilot):
         await say(pilot, "add a comment", wait=False)
-        await until(pilot, lambda: isinstance(app.screen, ApprovalScreen))
+        await until_approval(pilot, app)
         text = screen_text(app)
         assert "+    return a + b  # sum" in text and "-    return a + b" in text  # the diff before
         assert (repo / "calc.py").read_text() == SAMPLE["calc.py"]  # nothing written yet
@@ -259,7 +265,7 @@ def test_approval_always_is_not_asked_again(repo):
 
     async def scenario(pilot):
         await say(pilot, "comment both", wait=False)
-        await until(pilot, lambda: isinstance(app.screen, ApprovalScreen))
+        await until_approval(pilot, app)
         assert "Always (a): all file edits" in screen_text(app)
         await pilot.press("a")
         await until(pilot, lambda: not app.busy)
@@ -275,7 +281,7 @@ def test_cancel_while_the_dialog_is_open_answers_no(repo):
 
     async def scenario(pilot):
         await say(pilot, "edit", wait=False)
-        await until(pilot, lambda: isinstance(app.screen, ApprovalScreen))
+        await until_approval(pilot, app)
         await pilot.press("ctrl+c")
         await until(pilot, lambda: not app.busy)
         assert not isinstance(app.screen, ApprovalScreen)
@@ -581,7 +587,7 @@ def test_snapshot_approval_dialog(repo):
 
     async def scenario(pilot):
         await say(pilot, "Comment the add function in calc.py", wait=False)
-        await until(pilot, lambda: isinstance(app.screen, ApprovalScreen))
+        await until_approval(pilot, app)
         await pilot.pause(0.3)
         assert_snapshot(app, "approval_dialog")
         await pilot.press("n")
