@@ -210,3 +210,13 @@ def test_before_plain_is_measured_a_clearly_losing_draft_is_switched_off():
     # Once a plain step is measured, the cost model judges instead of the bound.
     bad.plain_tps.add(1 / 0.1)
     assert "expected speedup" in (bad._expected_off() or "")
+
+
+def test_a_check_skips_its_plain_probe_only_while_far_ahead_of_plain():
+    spec = Speculator(_StopsItself(), SpecPolicy(mode="auto", probe_skip_ratio=1.5))
+    spec.recent = (20.0, 1.0)  # recent rounds: 20 tok/s
+    assert not spec._far_ahead()  # no plain speed measured yet: the probe runs
+    spec.plain_tps.add(10.0)
+    assert spec._far_ahead()  # 2x the plain speed measured last
+    spec.recent = (14.0, 1.0)
+    assert not spec._far_ahead()  # 1.4x: a fresh plain speed could change the decision

@@ -126,6 +126,9 @@ class SpecPolicy:
     min_speedup: float = 1.0
     decide_after: int = 4  # ... once this many rounds are measured since it last came on
     check_every_max: int = 32  # rounds between measured-speed checks while speculation wins
+    # A check skips its plain probe while recent rounds run at least this many times the
+    # plain speed measured last.
+    probe_skip_ratio: float = 1.5
 
 
 @dataclass
@@ -538,8 +541,20 @@ class Speculator:
                     reason = self._check_speed()
                     if reason:
                         yield from self._switch_off(reason)
+                elif self._far_ahead():  # a fresh plain speed could not turn it off
+                    self.check_every = min(self.check_every * 2, self.policy.check_every_max)
                 else:
                     self.probe_plain = self.policy.plain_probe
+
+    def _far_ahead(self) -> bool:
+        """Do recent rounds run at least `probe_skip_ratio` times the plain speed measured
+        last? A plain probe costs its tokens at plain speed, the most where speculation wins
+        the most, and its figure could only switch drafting off if plain had since sped up by
+        that factor, so the probe is skipped."""
+        tokens, seconds = self.recent
+        if self.plain_tps.n == 0 or seconds <= 0 or self.plain_tps.value <= 0:
+            return False
+        return tokens / seconds >= self.policy.probe_skip_ratio * self.plain_tps.value
 
     def _plain_phase(self, session, pending: int, params: SamplingParams,
                      constraint: TokenConstraint | None, cancel: CancelToken):
