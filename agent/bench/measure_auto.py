@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     seeds = [int(s) for s in args.seeds.split(",")]
+
     def log(s: str) -> None:
         print(s, file=sys.stderr, flush=True)
 
