@@ -351,3 +351,46 @@ def test_a_first_quote_of_a_file_with_tests_set_is_neither_tested_nor_resampled(
     tests, events = _send(conv, "show me calc.py")
     assert tests == [] and len(model.seen) == 1 and events[-1].stop_reason == "answered"
     assert _code(git_repo) == ADD
+
+
+def test_a_message_that_only_makes_the_files_worse_leaves_them_as_it_found_them(git_repo):
+    """The files as the last message's tests left them are the next message's attempt 0: a
+    message whose every attempt passes fewer tests writes them back."""
+    _setup(git_repo)
+    model = Sampled([TWO, NONE, ONE, NONE])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=1))
+    _send(conv)  # message 1: 2 of 3, then 0 of 3; its attempt 1 is kept
+    assert "abs(a)" in _code(git_repo)
+    tests, events = _send(conv, "the tests still fail; fix add")  # 1 of 3, then 0 of 3
+    assert [run_score(c.ok, c.output).passed for c in tests] == [1, 0]
+    kept = [e.message for e in events if isinstance(e, Warning) and e.message.startswith("kept attempt")]
+    assert kept and "attempt 0, the files as this message found them" in kept[0]
+    assert "2 of 3 tests passed" in kept[0]
+    assert _code(git_repo) == "def add(a, b):\n    return abs(a) + abs(b)\n"
+
+
+def test_files_changed_between_messages_are_not_a_start_to_go_back_to(git_repo):
+    _setup(git_repo)
+    model = Sampled([TWO, RIGHT.replace("a + b", "a - b"), NONE, NONE])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=1))
+    _send(conv)  # 2 of 3, then 0 of 3: attempt 1 kept
+    (git_repo / "calc.py").write_text("def add(a, b):\n    return 0\n")  # the user's own edit
+    _, events = _send(conv, "fix add")  # 0 of 3 twice
+    assert not any(isinstance(e, Warning) and e.message.startswith("kept attempt") for e in events)
+    assert _code(git_repo) == "def add(a, b):\n    return None\n"
+
+
+def test_a_message_that_edits_other_files_too_is_not_rolled_back_to_the_start(git_repo):
+    """An attempt 0 covers the files the message before tested; an attempt that edits another
+    file too replaces it (writing the start back would leave the other file as last edited)."""
+    from agent.core.attempts import Attempt, Attempts
+
+    start = Attempt(Score(False, 2, 3), {"calc.py": "two"}, 0)
+    a = Attempts(start)
+    assert a.now is None and a.to_restore() is None  # untested here: nothing to compare
+    a.tested_run(Score(False, 1, 3), {"calc.py": "one"}, 1)
+    assert a.to_restore() is start
+    b = Attempts(start)
+    b.tested_run(Score(False, 1, 3), {"calc.py": "one", "util.py": "u"}, 1)
+    b.tested_run(Score(False, 0, 3), {"calc.py": "none", "util.py": "u"}, 2)
+    assert b.to_restore().round == 1

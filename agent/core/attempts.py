@@ -94,7 +94,9 @@ class Attempt:
 
     score: Score
     files: dict[str, str | None]
-    round: int  # which check round of the message tested it (1 = the first reply's)
+    # which check round of the message tested it (1 = the first reply's; 0 = the files as the
+    # message found them, tested at the end of the message before)
+    round: int
 
 
 def resamples(cfg) -> bool:
@@ -121,11 +123,17 @@ def read_files(root: Path, paths: list[str]) -> dict[str, str | None]:
 
 
 class Attempts:
-    """The tested attempts of one message: the best so far and the state of the files now."""
+    """The tested attempts of one message: the best so far and the state of the files now.
+    `start`: the files as the message found them, as the message before tested them (round
+    0): a message that only makes them worse leaves them as it found them. It stands for the
+    attempts whose files it covers; an attempt that edits other files too replaces it."""
 
-    def __init__(self) -> None:
-        self.best: Attempt | None = None
-        self.now: Score | None = None  # the files as they are: None = not tested since an edit
+    def __init__(self, start: Attempt | None = None) -> None:
+        self.best: Attempt | None = start
+        # The files as they are: None = not tested in this message since an edit (the start's
+        # score is not taken as theirs: the tests themselves may have changed since).
+        self.now: Score | None = None
+        self.last: Attempt | None = None  # the last test run's files
 
     def edited(self) -> None:
         self.now = None
@@ -136,8 +144,22 @@ class Attempts:
 
     def tested_run(self, score: Score, files: dict[str, str | None], round_: int) -> None:
         self.now = score
-        if self.best is None or score >= self.best.score:  # a tie: the later attempt
-            self.best = Attempt(score, files, round_)
+        self.last = Attempt(score, files, round_)
+        best = self.best
+        if best is not None and best.round == 0 and not set(files) <= set(best.files):
+            best = None  # writing the start back would leave this attempt's other files
+        if best is None or score >= best.score:  # a tie: the later attempt
+            best = self.last
+        self.best = best
+
+    def tested_state(self, root: Path) -> Attempt | None:
+        """The files as they are now, as a test run of this message saw them (round 0, to
+        start the next message from); None when no run saw them so (edited since, or never
+        tested)."""
+        for att in (self.best, self.last):
+            if att is not None and self.now == att.score and read_files(root, list(att.files)) == att.files:
+                return Attempt(att.score, att.files, 0)
+        return None
 
     def to_restore(self) -> Attempt | None:
         """The best attempt, when the files are now worse than it; None when they are not, or

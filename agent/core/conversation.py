@@ -24,7 +24,7 @@ from tools import TOOLS, ToolContext, ToolResult, call_tool
 from tools.denylist import denylisted
 
 from .approvals import Decision, decide
-from .attempts import Attempts, fresh_temperature, read_files, resamples, run_score
+from .attempts import Attempt, Attempts, fresh_temperature, read_files, resamples, run_score
 from .backend import Backend, ModelError
 from ..cancel import CancelToken
 from ..config import Config
@@ -155,6 +155,8 @@ class Conversation:
         self.always: set[str] = set()  # approval scopes the user answered "always" for
         self._warned = False
         self.hooks: Any = None  # agent.core.hooks.HookRunner: the user's hooks, if any
+        # The files as the last message's test runs left them (core/attempts.py, round 0).
+        self._tested: Attempt | None = None
 
     # ---- state ---------------------------------------------------------------------------
 
@@ -197,6 +199,7 @@ class Conversation:
         `text`) is what the agent's commits name as the task, e.g. the message without the
         files attached to it."""
         run = _Run(summary or text, cancel or CancelToken())
+        run.attempts = Attempts(self._start_state())
         if self.git.warning and not self._warned:
             self._warned = True
             yield Warning(self.git.warning)
@@ -592,8 +595,10 @@ class Conversation:
         now = run.attempts.now
         calls = [ParsedCall("write_file", {"path": p, "content": c})
                  for p, c in best.files.items() if c is not None]
-        yield Warning(f"kept attempt {best.round} of this message ({best.score.describe()}); "
-                      f"the last attempt is worse ({now.describe()})")
+        which = f"attempt {best.round} of this message" if best.round else \
+            "attempt 0, the files as this message found them"
+        yield Warning(f"kept {which} ({best.score.describe()}); the last attempt is worse "
+                      f"({now.describe()})")
         if calls:
             yield from self._run_calls(run, calls, record=False)
         run.edited = []  # the restored files were tested as they are
@@ -666,7 +671,16 @@ class Conversation:
             yield Warning(f"{text}; the conversation goes on, saving is tried again with each message")
         self._told = len(self.unsaved)
 
+    def _start_state(self) -> Attempt | None:
+        """The files as the last message's tests saw them, while a test command runs and the
+        files are still as they were then (the user may have changed them since)."""
+        last, self._tested = self._tested, None
+        if last is None or not self._tests_judge() or read_files(self.root, list(last.files)) != last.files:
+            return None
+        return last
+
     def _finish(self, run: _Run, reason: str, error: str = "") -> Iterator[Event]:
+        self._tested = run.attempts.tested_state(self.root)
         yield from self._save_warnings()
         yield RunStopped(reason, run.turn)
         yield AgentResult(reason in ERROR_STOPS, run.last_text, run.turn, run.usage.as_dict(),
