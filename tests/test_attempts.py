@@ -367,6 +367,12 @@ def test_a_message_that_only_makes_the_files_worse_leaves_them_as_it_found_them(
     assert kept and "attempt 0, the files as this message found them" in kept[0]
     assert "2 of 3 tests passed" in kept[0]
     assert _code(git_repo) == "def add(a, b):\n    return abs(a) + abs(b)\n"
+    # a message that runs no tests (a question) passes attempt 0 on to the next
+    model.turns += ["add returns the sum.", ONE]
+    _send(conv, "what does add return?")
+    _, events = _send(conv, "fix add")  # 1 of 3, no rounds left to improve on it
+    assert any(isinstance(e, Warning) and "attempt 0" in e.message for e in events)
+    assert _code(git_repo) == "def add(a, b):\n    return abs(a) + abs(b)\n"
 
 
 def test_files_changed_between_messages_are_not_a_start_to_go_back_to(git_repo):

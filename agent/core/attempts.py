@@ -155,9 +155,13 @@ class Attempts:
     def tested_state(self, root: Path) -> Attempt | None:
         """The files as they are now, as a test run of this message saw them (round 0, to
         start the next message from); None when no run saw them so (edited since, or never
-        tested)."""
-        for att in (self.best, self.last):
-            if att is not None and self.now == att.score and read_files(root, list(att.files)) == att.files:
+        tested). A message that ran no tests passes its own attempt 0 on while its files are
+        unchanged."""
+        start = self.best if self.last is None and self.best is not None and self.best.round == 0 else None
+        for att, score in ((start, None), (self.best, self.now), (self.last, self.now)):
+            if att is None or (att is not start and score != att.score):
+                continue
+            if read_files(root, list(att.files)) == att.files:
                 return Attempt(att.score, att.files, 0)
         return None
 
