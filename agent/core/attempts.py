@@ -23,7 +23,7 @@ snippet, see core/wholefile.py), leads to while fix rounds are left:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 FRESH_TEMPERATURE = 0.7  # "resample" with resample_temperature = 0
@@ -98,6 +98,10 @@ class Attempt:
     # message found them, tested at the end of the message before)
     round: int
 
+    def on_disk(self, root: Path) -> bool:
+        """Are its files in `root` still as it tested them?"""
+        return read_files(root, list(self.files)) == self.files
+
 
 def resamples(cfg) -> bool:
     """Whether a failed test run or a refused block is answered by a fresh reply."""
@@ -157,12 +161,14 @@ class Attempts:
         start the next message from); None when no run saw them so (edited since, or never
         tested). A message that ran no tests passes its own attempt 0 on while its files are
         unchanged."""
-        start = self.best if self.last is None and self.best is not None and self.best.round == 0 else None
-        for att, score in ((start, None), (self.best, self.now), (self.last, self.now)):
-            if att is None or (att is not start and score != att.score):
-                continue
-            if read_files(root, list(att.files)) == att.files:
-                return Attempt(att.score, att.files, 0)
+        if self.last is None:  # no test run here: `best` is attempt 0, if there is one
+            seen = [self.best]
+        else:  # the files as they are were tested when their score is `now`
+            both = (self.best,) if self.best is self.last else (self.best, self.last)
+            seen = [a for a in both if a.score == self.now]
+        for att in seen:
+            if att is not None and att.on_disk(root):
+                return replace(att, round=0)
         return None
 
     def to_restore(self) -> Attempt | None:

@@ -675,7 +675,7 @@ class Conversation:
         """The files as the last message's tests saw them, while a test command runs and the
         files are still as they were then (the user may have changed them since)."""
         last, self._tested = self._tested, None
-        if last is None or not self._tests_judge() or read_files(self.root, list(last.files)) != last.files:
+        if last is None or not self._tests_judge() or not last.on_disk(self.root):
             return None
         return last
 
