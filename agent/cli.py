@@ -190,8 +190,9 @@ def _bench_parser(sub) -> None:
     bench.add_argument("--eps", type=float, default=0.5,
                        help="controlled pair: scale of the target's extra layers (acceptance knob)")
     bench.add_argument("--repeat", type=int, default=1,
-                       help="spec (controlled pair): run ours and plain this many times per "
-                       "workload, in turns, and report medians")
+                       help="spec: run every configuration this many times per workload, in "
+                       "turns, and report medians (trained pair at --temperature > 0: each "
+                       "repeat from the next seed)")
     bench.add_argument("--record", action="store_true", default=False,
                        help="agentic: run the eval tasks with the agent and record their "
                        "sessions anew (into the replay file) instead of replaying them")

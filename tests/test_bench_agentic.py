@@ -74,3 +74,26 @@ def test_trained_pair_bench_samples_at_temperature_beside_mlx_lm(pair):
         assert w["tokens"] == 12 and w["plain_tps"] > 0 and w["spec_tps"] > 0
         assert all(0 <= a <= 1 for a in w["mlx_lm_acceptance"].values())
     assert out["min_speedup_vs_plain"] > 0
+
+
+def test_trained_pair_bench_repeats_report_medians_over_seeds(pair):
+    """`bench spec --pair qwen-coder --repeat 2`: every configuration runs twice per workload;
+    tok/s are the medians of the runs listed beside them, counts are summed over both."""
+    import statistics
+
+    from agent.bench.pair import bench_trained
+    from agent.engine.sampling import SamplingParams
+
+    target, draft = pair
+    out = bench_trained(target, draft, 8, [2], log=lambda m: None,
+                        params=SamplingParams(temperature=0.7, top_p=0.95), seed=3, repeat=2)
+    for w in out["workloads"]:
+        runs = w["runs_tps"]
+        assert w["repeats"] == 2 and all(len(v) == 2 for v in runs.values())
+        assert w["plain_tps"] == statistics.median(runs["plain"] + runs["plain2"])
+        assert w["spec_tps"] == statistics.median(runs["ours"])
+        assert w["tree_tps"] == statistics.median(runs["tree"])
+        assert w["mlx_lm_tps"][2] == statistics.median(w["mlx_lm_runs_tps"][2])
+        assert w["rounds"] >= 1 and w["accepted"] <= w["drafted"]
+    greedy = bench_trained(target, draft, 8, [2], log=lambda m: None, repeat=2)
+    assert greedy["identical_to_plain"] is True and greedy["mlx_lm_identical"] is True

@@ -8,12 +8,15 @@ the node budget from one verify-cost probe of the target made before the first w
 run pays for it); mlx-lm's `speculative_generate_step` at each fixed K; plain again (the two
 plain runs bracket the others and are averaged). The prompt's KV is computed once per
 workload and model and shared through an in-memory prefix store, so only decoding differs
-between runs; tok/s is decode speed (after the first token).
+between runs; tok/s is decode speed (after the first token). `--repeat N` runs that whole turn
+N times per workload and reports medians (plain over its 2N runs), with every run's figure
+beside them.
 
 Greedy by default, where every run must equal plain token for token. With `--temperature`
 (and `--top-p`) every run samples at those settings, each from the same seed (`mx.random.seed`
 before it), mlx-lm through its own sampler (`make_sampler`): the texts differ run to run, so
-tok/s and acceptance are reported, not identity. mlx-lm's acceptance is derived from what it
+tok/s and acceptance are reported, not identity; repeat r samples from seed + r, so the medians
+are over N texts. mlx-lm's acceptance is derived from what it
 yields: draft tokens kept / (K x rounds), a round being each token of the target's own (or
 as many as K-sized rounds the kept drafts need, where `max_tokens` cut the last one short).
 """
@@ -24,6 +27,7 @@ import inspect
 import statistics
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -130,37 +134,69 @@ def _mlx_acceptance(run: Run, kept: int, k: int) -> float:
     return kept / (k * rounds) if rounds > 0 else 0.0
 
 
-def _row(name: str, runs: dict, theirs: dict, kept: dict) -> dict:
-    plain, plain2 = runs["plain"], runs["plain2"]
-    base = (plain.tps + plain2.tps) / 2
+def _merged(runs: list[Run]) -> Run:
+    """Repeats of one configuration as one run: the median tok/s, the first run's tokens (the
+    identity check looks at every run), drafts, acceptances and rounds summed."""
+    first = runs[0]
+    if len(runs) == 1:
+        return first
+    stats = first.stats
+    if stats is not None:
+        stats = replace(stats, drafted=sum(r.stats.drafted for r in runs),
+                        accepted=sum(r.stats.accepted for r in runs),
+                        rounds=sum(r.stats.rounds for r in runs), k=runs[-1].stats.k)
+    return Run(first.tokens, statistics.median(r.tps for r in runs), stats)
+
+
+def _row(name: str, reps: list[tuple[dict, dict, dict]]) -> dict:
+    """One workload's figures over its repeats, each (our runs by label, mlx-lm's runs by K,
+    mlx-lm's kept drafts by K): tok/s are medians (plain over both plain runs of every
+    repeat), counts are summed."""
+    labels = ("ours", "combined", "lookup", "tree", "combined_tree")
+    runs = {label: _merged([rep[0][label] for rep in reps]) for label in labels}
+    plain = reps[0][0]["plain"]
+    base = statistics.median(rep[0][p].tps for rep in reps for p in ("plain", "plain2"))
+    ks = list(reps[0][1])
+    theirs = {k: _merged([rep[1][k] for rep in reps]) for k in ks}
+    kept = {k: sum(rep[2][k] for rep in reps) for k in ks}
+    acc = {k: statistics.mean(_mlx_acceptance(rep[1][k], rep[2][k], k) for rep in reps)
+           for k in ks}
+    same_all = lambda label: all(rep[0][label].tokens == plain.tokens for rep in reps)  # noqa: E731
     s, c, lk = runs["ours"].stats, runs["combined"].stats, runs["lookup"].stats
     t, ct = runs["tree"].stats, runs["combined_tree"].stats
-    same = lambda r: r.tokens == plain.tokens  # noqa: E731
     per_round = lambda st: st.drafted / st.rounds if st.rounds else 0.0  # noqa: E731
-    return dict(
+    row = dict(
         workload=name, plain_tps=base, spec_tps=runs["ours"].tps,
         combined_tps=runs["combined"].tps, lookup_tps=runs["lookup"].tps,
         tree_tps=runs["tree"].tps, combined_tree_tps=runs["combined_tree"].tps,
-        identical_to_plain=same(runs["ours"]), combined_identical=same(runs["combined"]),
-        lookup_identical=same(runs["lookup"]), plain_repeatable=same(plain2),
-        tree_identical=same(runs["tree"]), combined_tree_identical=same(runs["combined_tree"]),
+        identical_to_plain=same_all("ours"), combined_identical=same_all("combined"),
+        lookup_identical=same_all("lookup"), plain_repeatable=same_all("plain2"),
+        tree_identical=same_all("tree"), combined_tree_identical=same_all("combined_tree"),
         tree_mean_accepted=t.mean_accepted, tree_nodes_per_round=per_round(t),
         tree_rounds=t.rounds, combined_tree_mean_accepted=ct.mean_accepted,
         combined_tree_nodes_per_round=per_round(ct), chain_nodes_per_round=per_round(s),
-        mlx_lm_identical=all(same(r) for r in theirs.values()),
+        mlx_lm_identical=all(rep[1][k].tokens == plain.tokens for rep in reps for k in ks),
         acceptance_rate=s.acceptance_rate, mean_accepted=s.mean_accepted, k=s.k,
         drafted=s.drafted, accepted=s.accepted, rounds=s.rounds,
         combined_acceptance_rate=c.acceptance_rate, combined_mean_accepted=c.mean_accepted,
         lookup_acceptance_rate=lk.acceptance_rate, lookup_mean_accepted=lk.mean_accepted,
         mlx_lm_tps={k: r.tps for k, r in theirs.items()}, mlx_lm_draft_kept=kept,
-        mlx_lm_acceptance={k: _mlx_acceptance(r, kept[k], k) for k, r in theirs.items()},
-        tokens=len(plain.tokens),
+        mlx_lm_acceptance=acc, tokens=len(plain.tokens),
     )
+    if len(reps) > 1:  # every run's tok/s, in repeat order
+        row["runs_tps"] = {label: [rep[0][label].tps for rep in reps]
+                           for label in ("plain", *labels, "plain2")}
+        row["mlx_lm_runs_tps"] = {k: [rep[1][k].tps for rep in reps] for k in ks}
+    return row
 
 
 def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], log,
                   fixed_k: int = 0, mode: str = "auto",
-                  params: SamplingParams = SamplingParams(), seed: int = 0) -> dict:
+                  params: SamplingParams = SamplingParams(), seed: int = 0,
+                  repeat: int = 1) -> dict:
+    """Every configuration on every workload, in turns; `repeat` > 1 runs the whole turn
+    again per workload (sampled: repeat r from seed + r, so each repeat is another text;
+    greedy: the same text, for the machine's noise) and reports medians."""
     from ..config import Config
 
     cfg, vocab = Config(), min(target.vocab_size, draft.vocab_size)
@@ -180,35 +216,41 @@ def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int]
     draft_tree, combined_tree = ours(False, True), ours(True, True)
     lookup = Speculator(PromptLookup(), SpecPolicy(mode=mode))
 
-    def seeded(run, *a):
-        mx.random.seed(seed)  # every run samples from the same seed
+    def seeded(s, run, *a):
+        mx.random.seed(s)  # every run of a repeat samples from the same seed
         return run(*a)
 
     pstore = PrefixStore(None, memory_mb=4096, disk_mb=0)
     rows = []
     for name, (messages, tools) in workloads().items():
         prompt = render_chat(target.tokenizer, messages, tools)
-        t = time.perf_counter()
-        runs = {"plain": seeded(timed, Session(target, store=pstore), prompt, n, params)}
-        prefill_s = time.perf_counter() - t
-        for label, spec in (("ours", draft_only), ("combined", combined), ("lookup", lookup),
-                            ("tree", draft_tree), ("combined_tree", combined_tree)):
-            runs[label] = seeded(timed, Session(target, speculator=spec, store=pstore), prompt, n,
-                                 params)
-        theirs, kept = {}, {}
-        for k in ks:
-            theirs[k], kept[k] = seeded(_mlx_lm, target, draft, pstore, prompt, n, k, params)
-        runs["plain2"] = seeded(timed, Session(target, store=pstore), prompt, n, params)
-        row = _row(name, runs, theirs, kept)
-        row.update(prompt_tokens=len(prompt), first_run_s=prefill_s,
-                   text=target.tokenizer.decode(runs["plain"].tokens))
+        reps = []
+        for r in range(max(repeat, 1)):
+            s = seed if params.greedy else seed + r
+            t = time.perf_counter()
+            runs = {"plain": seeded(s, timed, Session(target, store=pstore), prompt, n, params)}
+            if not r:
+                prefill_s = time.perf_counter() - t
+            for label, spec in (("ours", draft_only), ("combined", combined), ("lookup", lookup),
+                                ("tree", draft_tree), ("combined_tree", combined_tree)):
+                runs[label] = seeded(s, timed, Session(target, speculator=spec, store=pstore),
+                                     prompt, n, params)
+            theirs, kept = {}, {}
+            for k in ks:
+                theirs[k], kept[k] = seeded(s, _mlx_lm, target, draft, pstore, prompt, n, k,
+                                            params)
+            runs["plain2"] = seeded(s, timed, Session(target, store=pstore), prompt, n, params)
+            reps.append((runs, theirs, kept))
+        row = _row(name, reps)
+        row.update(prompt_tokens=len(prompt), first_run_s=prefill_s, repeats=len(reps),
+                   text=target.tokenizer.decode(reps[0][0]["plain"].tokens))
         rows.append(row)
         log(f"  {name:9} plain {row['plain_tps']:5.2f} tok/s | ours {row['spec_tps']:5.2f} "
             f"(acc {row['acceptance_rate']:.2f}, mean {row['mean_accepted']:.2f}, K={row['k']}) | "
             f"ours+lookup {row['combined_tps']:5.2f} | lookup {row['lookup_tps']:5.2f} | tree "
             f"{row['tree_tps']:5.2f} ({row['tree_nodes_per_round']:.1f} nodes, mean "
             f"{row['tree_mean_accepted']:.2f}) | tree+lookup {row['combined_tree_tps']:5.2f} | mlx-lm "
-            + " ".join(f"K{k}:{r.tps:.2f}" for k, r in theirs.items())
+            + " ".join(f"K{k}:{v:.2f}" for k, v in row["mlx_lm_tps"].items())
             + (f" | identical {row['identical_to_plain']}" if params.greedy else
                " | mlx-lm acc " + " ".join(f"K{k}:{a:.2f}" for k, a in row["mlx_lm_acceptance"].items())))
     out = summarize(rows, ks, draft_only.k_for("model"))
@@ -264,7 +306,7 @@ def summarize(rows: list[dict], ks: list[int], k: int) -> dict:
 
 
 def run(pair: str, tokens: int | None, fixed_k: int, log, mode: str = "auto",
-        temperature: float = 0.0, top_p: float = 1.0, seed: int = 0) -> dict:
+        temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, repeat: int = 1) -> dict:
     from ..engine.blas import loaded_blas
 
     n = tokens or 48
@@ -272,10 +314,11 @@ def run(pair: str, tokens: int | None, fixed_k: int, log, mode: str = "auto",
     params = SamplingParams(temperature=temperature, top_p=top_p)
     target, draft, info = load_pair(pair, log)
     log(f"trained pair {pair}: {n} tokens per workload, mlx-lm K={ks}, speculation {mode}, "
-        f"temperature {temperature:g}, top-p {top_p:g}, seed {seed}; BLAS: {loaded_blas()}")
+        f"temperature {temperature:g}, top-p {top_p:g}, seed {seed}, {repeat} repeat(s); "
+        f"BLAS: {loaded_blas()}")
     out = dict(pair=info, blas=loaded_blas(), tokens=n, speculation=mode,
-               temperature=temperature, top_p=top_p, seed=seed)
-    out.update(bench_trained(target, draft, n, ks, log, fixed_k, mode, params, seed))
+               temperature=temperature, top_p=top_p, seed=seed, repeat=repeat)
+    out.update(bench_trained(target, draft, n, ks, log, fixed_k, mode, params, seed, repeat))
     return out
 
 

@@ -273,7 +273,8 @@ def main(args, cfg) -> int:
         from .pair import print_report, run
 
         result = run(pair, args.tokens, cfg.num_draft_tokens, log=lambda m: print(m, file=sys.stderr),
-                     mode=_mode(cfg), temperature=cfg.temperature, top_p=cfg.top_p)
+                     mode=_mode(cfg), temperature=cfg.temperature, top_p=cfg.top_p,
+                     repeat=args.repeat)
         if args.json:
             print(json.dumps(result, indent=1))
         else:
