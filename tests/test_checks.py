@@ -240,3 +240,41 @@ def test_an_edit_that_drops_imported_constants_hears_of_both_checks(git_repo):
     assert "kinds.py does not define `EQUAL`, `UNEQUAL`, which kinds_test.py imports from it" in fed
     assert "top level of the module" in fed
     assert result.stop_reason == "answered" and "EQUAL = 1" in (git_repo / "kinds.py").read_text()
+
+
+STUB = "calc.py\n```python\ndef add(a, b):\n    # your code here\n    pass\n```\n"
+
+
+def test_a_reply_that_implements_nothing_goes_back_as_a_stubs_failure(git_repo):
+    model = ScriptedModel([STUB, FIXED])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    checks, result = _run(conv, "implement add in calc.py")
+    stub = [c for c in checks if c.kind == "stubs"]
+    assert [(c.ok, c.round, c.fed_back) for c in stub] == [(False, 1, True)]
+    assert "calc.py:1: `add` has no implementation" in stub[0].output
+    fed = model.seen[1][-1]["content"]
+    assert "leaves functions unimplemented" in fed and "`add`" in fed
+    assert (git_repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+
+
+def test_the_stubs_check_spares_what_the_message_did_not_ask_for(tmp_path):
+    from agent.core.checks import stubs
+
+    (tmp_path / "m.py").write_text(
+        "import abc\n\n"
+        "def done(x):\n    return x\n\n"
+        "def later(x):\n    '''not yet'''\n    raise NotImplementedError\n\n"
+        "class Base(abc.ABC):\n    def run(self):\n        ...\n\n"
+        "class Shape:\n    @abc.abstractmethod\n    def area(self):\n        pass\n")
+    # The file implements something: a placeholder fails only where the message names it.
+    assert stubs(["m.py"], tmp_path, "fix done").ok
+    out = stubs(["m.py"], tmp_path, "write later so that it doubles x")
+    assert not out.ok and out.output == ("m.py:6: `later` has no implementation (its body "
+                                         "is only a placeholder)")
+    (tmp_path / "s.py").write_text("class Account:\n    def __init__(self):\n        pass\n\n"
+                                   "    def open(self):\n        pass\n")
+    out = stubs(["s.py"], tmp_path, "a bank account")
+    assert not out.ok and "`Account.__init__`" in out.output and "`Account.open`" in out.output
+    # Asked for stubs: not a failure.
+    assert stubs(["s.py"], tmp_path, "add stubs for the Account methods").ok
+    assert stubs(["s.py"], tmp_path, "Write an Account class; don't implement it yet").ok

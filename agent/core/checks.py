@@ -7,6 +7,9 @@ check, the conversation runs, in order:
   names; Aider's fatal flake8 set) on those files, when `ruff` is installed;
 - `names`: the names the repository's other Python files import from each edited module that
   it no longer defines (core/pynames.py; nothing runs);
+- `stubs`: functions an edited file leaves without a body (only `pass`, `...` or `raise
+  NotImplementedError`): every function of the file, or one the message names, unless the
+  message asks for stubs (nothing runs);
 - `lint`: the configured `lint_cmd`, with the edited files appended;
 - `test`: the configured `test_cmd`.
 The last two run through the `run_shell` tool (the sandbox and its time limit apply). The
@@ -31,7 +34,7 @@ MAX_FEEDBACK_CHARS = 3000
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: str  # syntax | ruff | names | lint | test
+    kind: str  # syntax | ruff | names | stubs | lint | test
     command: str
     ok: bool
     output: str
@@ -91,6 +94,89 @@ def names(paths: list[str], root: Path) -> Outcome:
     return Outcome("names", "imports of " + " ".join(paths), not lines, "\n".join(lines))
 
 
+_ABSTRACT = {"abstractmethod", "abstractproperty", "overload"}
+# A message that asks for stubs or placeholders: the check does not apply.
+_ASKS_FOR_STUBS = re.compile(
+    r"\b(?:add|write|create|leave|keep|make|generate)\b[^.\n]{0,40}?\b(?:stubs?|placeholders?|"
+    r"skeletons?|empty (?:bod(?:y|ies)|functions?|methods?)|unimplemented|NotImplementedError)\b"
+    r"|\b(?:don't|do not|without) implement", re.I)
+
+
+def _placeholder(fn) -> bool:
+    """A function whose body (past its docstring) is only `pass`, `...` or a raise of
+    NotImplementedError, and that is not declared abstract or an overload."""
+    import ast
+
+    for d in fn.decorator_list:
+        name = d.attr if isinstance(d, ast.Attribute) else getattr(d, "id", "")
+        if name in _ABSTRACT:
+            return False
+    body = fn.body
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+            and isinstance(body[0].value.value, str):
+        body = body[1:]
+    for st in body:
+        if isinstance(st, ast.Pass):
+            continue
+        if isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant) \
+                and st.value.value is Ellipsis:
+            continue
+        if isinstance(st, ast.Raise) and st.exc is not None:
+            exc = st.exc.func if isinstance(st.exc, ast.Call) else st.exc
+            if getattr(exc, "id", "") == "NotImplementedError":
+                continue
+        return False
+    return True
+
+
+def _functions(tree) -> list[tuple[str, object]]:
+    """(qualified name, node) of every function in the module, methods as Class.name;
+    the methods of an abstract class or a Protocol left out (their bodies are meant empty)."""
+    import ast
+
+    out: list[tuple[str, object]] = []
+
+    def walk(node, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                out.append((prefix + child.name, child))
+                walk(child, prefix + child.name + ".")
+            elif isinstance(child, ast.ClassDef):
+                bases = {getattr(b, "id", getattr(b, "attr", "")) for b in child.bases}
+                if not bases & {"ABC", "Protocol"}:
+                    walk(child, prefix + child.name + ".")
+
+    walk(tree, "")
+    return out
+
+
+def stubs(paths: list[str], root: Path, message: str = "") -> Outcome:
+    """Functions the edited files leave as placeholders: all of a file's functions (the
+    edit implemented nothing there), or any the message names."""
+    import ast
+
+    shown = "function bodies in " + " ".join(paths)
+    if _ASKS_FOR_STUBS.search(message):
+        return Outcome("stubs", shown, True, "")
+    words = set(re.findall(r"[A-Za-z_][A-Za-z0-9_]*", message))
+    lines = []
+    for p in paths:
+        try:
+            tree = ast.parse((root / p).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            continue
+        fns = _functions(tree)
+        empty = [(q, fn) for q, fn in fns if _placeholder(fn)]
+        if not empty:
+            continue
+        if len(empty) < len(fns):  # the file implements something: only the named ones
+            empty = [(q, fn) for q, fn in empty if fn.name in words]
+        for q, fn in empty:
+            lines.append(f"{p}:{fn.lineno}: `{q}` has no implementation (its body is only a "
+                         "placeholder)")
+    return Outcome("stubs", shown, not lines, "\n".join(lines))
+
+
 TEST_OUTPUT_CHARS = 65536  # a test run's output kept: its summary comes last (core/attempts.py)
 
 
@@ -108,9 +194,9 @@ def shell(kind: str, command: str, ctx: Any) -> Outcome:
     return Outcome(kind, command, r.ok, r.output)  # ok: exit code 0
 
 
-def run_checks(cfg: Any, edited: list[str], ctx: Any):
+def run_checks(cfg: Any, edited: list[str], ctx: Any, message: str = ""):
     """The checks for the files `edited`, in order, stopping at the first failure (a
-    generator of Outcomes)."""
+    generator of Outcomes); `message`: the user's message the edits answer."""
     root = Path(ctx.root)
     py = python_files(edited, root)
     if cfg.auto_lint and py:
@@ -127,6 +213,10 @@ def run_checks(cfg: Any, edited: list[str], ctx: Any):
             yield out
         out = names(py, root)
         if not out.ok:  # (shown only when it fails: most modules have no importers)
+            yield out
+            return
+        out = stubs(py, root, message)
+        if not out.ok:  # (shown only when it fails)
             yield out
             return
     present = [p for p in dict.fromkeys(edited) if (root / p).is_file()]
@@ -156,6 +246,7 @@ def feedback(out: Outcome, root: Path | None = None, whole_files: bool = False) 
     what = {"syntax": "The file you wrote does not compile",
             "ruff": "The linter found errors in the code you wrote",
             "names": "Other files import names your edit removed",
+            "stubs": "The code you wrote leaves functions unimplemented",
             "lint": "The lint command failed", "test": "The tests failed"}[out.kind]
     parts = [f"{what} (`{out.command}`):", text]
     named = _named_lines(text, root) if root is not None and out.kind in ("syntax", "ruff") else ""
@@ -163,6 +254,8 @@ def feedback(out: Outcome, root: Path | None = None, whole_files: bool = False) 
         parts += ["", "The lines it names:", named]
     if out.missing:
         parts += ["", "Other files import names your edit removed:", out.missing]
+    if out.kind == "stubs":
+        parts += ["", "Write the code that each of them needs to do what the message asks."]
     if out.kind == "names" or out.missing:
         parts += ["", "Keep every function, class and constant that other files import, "
                   "defined at the top level of the module (not inside a class or a function)."]
