@@ -278,3 +278,4 @@ def test_the_stubs_check_spares_what_the_message_did_not_ask_for(tmp_path):
     # Asked for stubs: not a failure.
     assert stubs(["s.py"], tmp_path, "add stubs for the Account methods").ok
     assert stubs(["s.py"], tmp_path, "Write an Account class; don't implement it yet").ok
+    assert stubs(["s.py"], tmp_path, "give Account an open method that does nothing").ok

@@ -99,7 +99,7 @@ _ABSTRACT = {"abstractmethod", "abstractproperty", "overload"}
 _ASKS_FOR_STUBS = re.compile(
     r"\b(?:add|write|create|leave|keep|make|generate)\b[^.\n]{0,40}?\b(?:stubs?|placeholders?|"
     r"skeletons?|empty (?:bod(?:y|ies)|functions?|methods?)|unimplemented|NotImplementedError)\b"
-    r"|\b(?:don't|do not|without) implement", re.I)
+    r"|\b(?:don't|do not|without) implement|\b(?:does|do|doing) nothing\b|\bno-?ops?\b", re.I)
 
 
 def _placeholder(fn) -> bool:
