@@ -66,6 +66,9 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    "edited files (besides the built-in syntax check); failures go back to it")
     g.add_argument("--test-cmd", metavar="CMD", help="after the agent's edits, run CMD "
                    "(e.g. 'pytest -q'); failures go back to the model")
+    g.add_argument("--no-infer-test-cmd", dest="infer_test_cmd", action="store_const",
+                   const=False, help="without --test-cmd, do not run the failing tests a "
+                   "message shows after the agent's edits")
     g.add_argument("--no-auto-lint", dest="auto_lint", action="store_const", const=False,
                    help="no syntax check or lint_cmd after edits")
     g.add_argument("--resample-temperature", type=float, metavar="T",
@@ -243,7 +246,7 @@ def _flags(args: argparse.Namespace) -> dict:
             "approval_mode", "auto_commit", "constrained_calls", "tool_choice", "dirty_files",
             "shell_timeout_s", "sandbox", "allow_network", "engine", "base_url", "tool_format",
             "edit_format", "attach_mentioned", "repetition_penalty", "lint_cmd", "test_cmd",
-            "auto_lint", "max_fix_rounds", "resample_temperature", "fix_mode")
+            "auto_lint", "max_fix_rounds", "resample_temperature", "fix_mode", "infer_test_cmd")
     out = {k: getattr(args, k, None) for k in keys}
     if args.command == "bench" and getattr(args, "what", "") in ("lookup", "grammar"):
         out["model"] = out["model"] or "embedded"  # fast; these measure the engine, not quality

@@ -147,6 +147,31 @@ def test_with_a_test_command_the_agent_runs_the_tests_inside_the_try():
     assert r.detail[0]["solution"].strip() == "def is_armstrong_number(number):\n    return False"
 
 
+def test_try_2_runs_the_failing_tests_it_was_shown():
+    """Try 2's message is a test run's failures: the agent runs those tests again after each
+    edit of that try (infer_test_cmd, sandboxed), so a reply that writes try 1's failed file
+    out again is tested and sent back rather than ending the try."""
+    import sys
+
+    from tools import sandbox
+
+    if not (sys.platform.startswith("linux") and sandbox.available()[0]):
+        pytest.skip("no working sandbox: inferred test commands run only sandboxed")
+    ex = exm.load_exercises(ROOT, "armstrong-numbers")[0]
+    wrong = _reply(ex, "def is_armstrong_number(number):\n    return False\n")
+    model = ScriptedModel([wrong, wrong, _reply(ex, _example(ex)), "Fixed."])
+    cfg = replace(_cfg(), sandbox="auto")
+    r = run_exercise(ex, cfg, lambda ctx: model, 120.0)
+    assert (r.passed_1, r.passed_2) == (False, True)
+    assert r.detail[0]["fed_back"] == [] and r.detail[1]["fed_back"] == ["unchanged", "test"]
+    assert any("shows failing tests" in w for w in r.detail[1]["warnings"])
+    assert "The tests failed" in model.seen[2][-1]["content"]
+    # without it, try 2 ends on the rewrite
+    model = ScriptedModel([wrong, wrong, _reply(ex, _example(ex))])
+    r = run_exercise(ex, replace(cfg, infer_test_cmd=False), lambda ctx: model, 120.0)
+    assert (r.passed_1, r.passed_2) == (False, False) and len(model.seen) == 2
+
+
 def test_no_edit_is_not_well_formed_and_fails():
     ex = exm.load_exercises(ROOT, "bob")[0]
     model = ScriptedModel(["I would write a function.", "Still no code."])

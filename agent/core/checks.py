@@ -11,7 +11,7 @@ check, the conversation runs, in order:
   NotImplementedError`): every function of the file, or one the message names, unless the
   message asks for stubs (nothing runs);
 - `lint`: the configured `lint_cmd`, with the edited files appended;
-- `test`: the configured `test_cmd`.
+- `test`: the configured `test_cmd`, or the one a message implies (core/testcmd.py).
 The last two run through the `run_shell` tool (the sandbox and its time limit apply). The
 first failing check stops the round; its output goes back to the model as a user message,
 at most `max_fix_rounds` times per message (0 turns the loop off). `lint_cmd` and `test_cmd`
@@ -194,9 +194,12 @@ def shell(kind: str, command: str, ctx: Any) -> Outcome:
     return Outcome(kind, command, r.ok, r.output)  # ok: exit code 0
 
 
-def run_checks(cfg: Any, edited: list[str], ctx: Any, message: str = ""):
+def run_checks(cfg: Any, edited: list[str], ctx: Any, message: str = "",
+               test_cmd: str | None = None):
     """The checks for the files `edited`, in order, stopping at the first failure (a
-    generator of Outcomes); `message`: the user's message the edits answer."""
+    generator of Outcomes); `message`: the user's message the edits answer; `test_cmd`: the
+    message's test command (default: the configured one)."""
+    test_cmd = cfg.test_cmd if test_cmd is None else test_cmd
     root = Path(ctx.root)
     py = python_files(edited, root)
     if cfg.auto_lint and py:
@@ -225,8 +228,8 @@ def run_checks(cfg: Any, edited: list[str], ctx: Any, message: str = ""):
         yield out
         if not out.ok:
             return
-    if cfg.auto_test and cfg.test_cmd:
-        yield shell("test", cfg.test_cmd, ctx)
+    if cfg.auto_test and test_cmd:
+        yield shell("test", test_cmd, ctx)
 
 
 def _quote(path: str) -> str:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from pathlib import Path
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterator, Protocol
@@ -128,6 +129,7 @@ class _Run:
     touched: list[str] = field(default_factory=list)  # every file this message changed or checked
     attempts: Attempts = field(default_factory=Attempts)  # its test runs (core/attempts.py)
     fresh: bool = False  # the next reply answers the message afresh (fix_mode "resample")
+    test_cmd: str = ""  # the tests run after its edits: test_cmd, or the message's own (core/testcmd.py)
 
 
 class Conversation:
@@ -155,8 +157,9 @@ class Conversation:
         self.always: set[str] = set()  # approval scopes the user answered "always" for
         self._warned = False
         self.hooks: Any = None  # agent.core.hooks.HookRunner: the user's hooks, if any
-        # The files as the last message's test runs left them (core/attempts.py, round 0).
-        self._tested: Attempt | None = None
+        # The files as the last message's test runs left them (core/attempts.py, round 0),
+        # with the command that tested them.
+        self._tested: tuple[str, Attempt | None] = ("", None)
 
     # ---- state ---------------------------------------------------------------------------
 
@@ -199,10 +202,14 @@ class Conversation:
         `text`) is what the agent's commits name as the task, e.g. the message without the
         files attached to it."""
         run = _Run(summary or text, cancel or CancelToken())
-        run.attempts = Attempts(self._start_state())
+        run.test_cmd = self._test_cmd(text)
+        run.attempts = Attempts(self._start_state(run.test_cmd))
         if self.git.warning and not self._warned:
             self._warned = True
             yield Warning(self.git.warning)
+        if run.test_cmd and run.test_cmd != self.cfg.test_cmd:
+            yield Warning(f"the message shows failing tests; `{run.test_cmd}` runs after each "
+                          "edit (infer_test_cmd)")
         blocked = yield from self._prompt_hooks(run, text)
         if blocked:
             yield from self._finish(run, "blocked", blocked)
@@ -279,7 +286,7 @@ class Conversation:
             return UNCHANGED.format(files=", ".join(unchanged))
         same, run.same = run.same, []
         offered = same if run.bare and not run.changed_any else []
-        if (offered and not self._tests_judge() and run.fix_rounds < self.cfg.max_fix_rounds
+        if (offered and not self._tests_judge(run) and run.fix_rounds < self.cfg.max_fix_rounds
                 and self.cfg.fix_mode == "resample" and can_resample(self.model)):
             # Only the files as they stand, not a word besides: no attempt at the message (the
             # 0.5B answers "add a docstring" so). Without tests nothing picks among samples, so
@@ -288,13 +295,16 @@ class Conversation:
             run.fix_rounds += 1
             yield from self._afresh(run, f"the reply only wrote {', '.join(offered)} out unchanged")
             return UNCHANGED.format(files=", ".join(offered))
-        rewrote = bool(unchanged) and self._test_as_answer(run)
+        # A message that shows its own failing tests is not answered by the files as they
+        # stand, even the first time they are written out.
+        retest = unchanged or (offered if run.test_cmd != self.cfg.test_cmd else [])
+        rewrote = bool(retest) and self._test_as_answer(run)
         if rewrote:
             # The reply offers the files as they stand as its answer; the tests say whether they
             # are (a model shown a failure often writes its failed code out again).
-            yield Warning(f"the reply wrote {', '.join(unchanged)} out unchanged; running the checks on it")
-            run.edited += unchanged
-            run.touched += unchanged
+            yield Warning(f"the reply wrote {', '.join(retest)} out unchanged; running the checks on it")
+            run.edited += retest
+            run.touched += retest
         if run.edited:
             note = yield from self._checks(run, rewrote)
             if note:
@@ -302,15 +312,29 @@ class Conversation:
         yield from self._keep_best(run)
         return (yield from self._stop_hooks(run))
 
-    def _tests_judge(self) -> bool:
-        """Whether a test command runs after edits (test_cmd, auto_test on)."""
-        return self.cfg.auto_test and bool(self.cfg.test_cmd)
+    def _tests_judge(self, run: _Run) -> bool:
+        """Whether a test command runs after the message's edits (auto_test on)."""
+        return self.cfg.auto_test and bool(run.test_cmd)
+
+    def _test_cmd(self, text: str) -> str:
+        """The message's test command: `test_cmd`, else the failing tests `text` shows, where
+        infer_test_cmd is on and run_shell's sandbox works (core/testcmd.py)."""
+        if self.cfg.test_cmd or not (self.cfg.auto_test and self.cfg.infer_test_cmd):
+            return self.cfg.test_cmd
+        if getattr(self.ctx, "sandbox", "off") == "off":
+            return ""
+        from tools import sandbox
+
+        from .testcmd import infer
+
+        cmd = infer(text, Path(self.root))
+        return cmd if cmd and sandbox.available()[0] else ""
 
     def _test_as_answer(self, run: _Run) -> bool:
         """Whether files a reply wrote out unchanged are checked as an edit would be: with a
         test command, fix rounds left, and the files not known to pass as they are."""
         now = run.attempts.now
-        return (self._tests_judge() and run.fix_rounds < self.cfg.max_fix_rounds
+        return (self._tests_judge(run) and run.fix_rounds < self.cfg.max_fix_rounds
                 and not (now is not None and now.ok))
 
     def _after_loop(self, run: _Run) -> Iterator[Event]:
@@ -556,7 +580,7 @@ class Conversation:
         edited, run.edited = run.edited, []
         if self.cfg.max_fix_rounds <= 0:
             return ""
-        for out in run_checks(self.cfg, edited, self.ctx, run.task):
+        for out in run_checks(self.cfg, edited, self.ctx, run.task, run.test_cmd):
             back = not out.ok and run.fix_rounds < self.cfg.max_fix_rounds
             shown = out.output + (f"\n{out.missing}" if out.missing else "")
             yield CheckRun(out.kind, out.command, out.ok, shown, run.fix_rounds + 1, back)
@@ -671,16 +695,17 @@ class Conversation:
             yield Warning(f"{text}; the conversation goes on, saving is tried again with each message")
         self._told = len(self.unsaved)
 
-    def _start_state(self) -> Attempt | None:
-        """The files as the last message's tests saw them, while a test command runs and the
-        files are still as they were then (the user may have changed them since)."""
-        last, self._tested = self._tested, None
-        if last is None or not self._tests_judge() or not last.on_disk(self.root):
+    def _start_state(self, test_cmd: str) -> Attempt | None:
+        """The files as the last message's tests saw them, while the same test command runs
+        and the files are still as they were then (the user may have changed them since)."""
+        (cmd, last), self._tested = self._tested, ("", None)
+        if (last is None or not self.cfg.auto_test or not test_cmd or cmd != test_cmd
+                or not last.on_disk(self.root)):
             return None
         return last
 
     def _finish(self, run: _Run, reason: str, error: str = "") -> Iterator[Event]:
-        self._tested = run.attempts.tested_state(self.root)
+        self._tested = (run.test_cmd, run.attempts.tested_state(self.root))
         yield from self._save_warnings()
         yield RunStopped(reason, run.turn)
         yield AgentResult(reason in ERROR_STOPS, run.last_text, run.turn, run.usage.as_dict(),

@@ -294,7 +294,8 @@ def _worker_run(ex: Exercise, cfg: Config, time_limit_s: float,
 SETTING_KEYS = ("model", "draft_model", "speculation", "drafter", "num_draft_tokens",
                 "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_turns",
                 "edit_format", "tool_format",
-                "auto_lint", "max_fix_rounds", "resample_temperature", "fix_mode", "test_cmd")
+                "auto_lint", "max_fix_rounds", "resample_temperature", "fix_mode", "test_cmd",
+                "infer_test_cmd")
 
 
 def settings_of(cfg: Config) -> dict[str, Any]:

@@ -1,0 +1,102 @@
+"""The test command a message implies: failing tests it shows, run again after each edit.
+
+A user who pastes a test run's failures ("these fail, fix the code") is asking for a fix that
+makes them pass; an agent that can run those tests again checks its own fix before it answers.
+When no `test_cmd` is configured and a message shows failures of test files that exist in the
+repository (pytest's `FAILED file.py::test` / `ERROR file.py` lines and its collection errors,
+unittest's `FAIL: test (module.Class...)` lines), those files are that message's test command
+(`python -m pytest -q --tb=short <files>`, or `python -m unittest <modules>` where no Python
+on PATH has pytest), and the lint-and-test loop (core/checks.py) runs it after each edit.
+
+The command is built here from paths that exist inside the repository, never from the
+message's text itself, and it runs only where run_shell's sandbox works (the conversation
+checks): a test file is the repository's code, and a sandboxed run confines what it can do.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+from functools import lru_cache
+from pathlib import Path
+
+# pytest: "FAILED a/b_test.py::Cls::test_x - Assert...", "ERROR a_test.py - ImportError",
+# "a_test.py::test_x FAILED" (-v), "____ ERROR collecting a_test.py ____".
+_PYTEST = re.compile(
+    r"^(?:(?:FAILED|ERROR) (?P<a>[^\s:]+\.py)\b"
+    r"|(?P<b>[^\s:]+\.py)::\S+ (?:FAILED|ERROR)\b"
+    r"|_+ ERROR collecting (?P<c>[^\s:]+\.py) _+\s*$)", re.M)
+# unittest: "FAIL: test_x (pkg.mod_test.Cls.test_x)", "ERROR: test_x (mod_test.Cls)".
+_UNITTEST = re.compile(r"^(?:FAIL|ERROR): \w+ \((?P<dotted>[\w.]+)\)", re.M)
+MAX_FILES = 20
+PYTEST_ARGS = "-q --tb=short -p no:cacheprovider"
+
+
+def failing_test_files(message: str, root: Path) -> list[str]:
+    """The test files `message` shows failures of that exist under `root`, repo-relative,
+    in order of appearance."""
+    found: list[str] = []
+    for m in _PYTEST.finditer(message):
+        found.append(m.group("a") or m.group("b") or m.group("c"))
+    if not found:
+        for m in _UNITTEST.finditer(message):
+            parts = m.group("dotted").split(".")
+            # the module is the longest dotted prefix that is a file (test names and classes follow)
+            for n in range(len(parts), 0, -1):
+                cand = "/".join(parts[:n]) + ".py"
+                if _inside(root, cand):
+                    found.append(cand)
+                    break
+    files = [f for f in dict.fromkeys(found) if _inside(root, f)]
+    return files[:MAX_FILES]
+
+
+def _inside(root: Path, rel: str) -> bool:
+    """A plain relative path to a regular file inside `root` (no `..`, no link out, no
+    option-like name)."""
+    if not rel or rel.startswith(("-", "/")) or "\\" in rel:
+        return False
+    p = Path(rel)
+    if p.is_absolute() or ".." in p.parts:
+        return False
+    try:
+        full = (root / p).resolve()
+        return full.is_file() and full.is_relative_to(root.resolve())
+    except (OSError, ValueError):
+        return False
+
+
+@lru_cache(maxsize=None)
+def _python_with_pytest() -> str:
+    """'python' or 'python3' (as found on PATH) when it can import pytest, else ''."""
+    for name in ("python", "python3"):
+        exe = shutil.which(name)
+        if not exe:
+            continue
+        try:
+            r = subprocess.run([exe, "-c", "import pytest"], capture_output=True, timeout=20,
+                               stdin=subprocess.DEVNULL)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if r.returncode == 0:
+            return name
+    return ""
+
+
+def _python() -> str:
+    return "python" if shutil.which("python") else "python3"
+
+
+def infer(message: str, root: Path) -> str:
+    """The command that runs again the failing tests `message` shows, or '' (none named,
+    or none of them a file here)."""
+    files = failing_test_files(message, root)
+    if not files:
+        return ""
+    py = _python_with_pytest()
+    quoted = " ".join(shlex.quote(f) for f in files)
+    if py:
+        return f"{py} -m pytest {PYTEST_ARGS} {quoted}"
+    return f"{_python()} -m unittest {quoted}"  # (it takes test files' paths as well)

@@ -1,0 +1,146 @@
+"""The test command a message implies (agent/core/testcmd.py) and the loop running it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from scripted import ScriptedModel, conversation, full_auto, git_repo  # noqa: F401
+
+from agent.core import testcmd
+from agent.core.testcmd import failing_test_files, infer
+from agent.events import CheckRun, Warning
+from tools import sandbox
+
+BWRAP_OK, BWRAP_WHY = sandbox.available() if sys.platform.startswith("linux") else (False, "not Linux")
+needs_bwrap = pytest.mark.skipif(not BWRAP_OK, reason=f"no working bubblewrap: {BWRAP_WHY}")
+
+PYTEST_OUT = """\
+____________________ CalcTest.test_neg ____________________
+calc_test.py:9: in test_neg
+    self.assertEqual(add(-1, -1), -2)
+E   AssertionError: 0 != -2
+=========================== short test summary info ============================
+FAILED calc_test.py::CalcTest::test_neg - AssertionError: 0 != -2
+FAILED tests/test_more.py::test_x - Assert...
+ERROR missing_test.py - ModuleNotFoundError
+1 failed, 2 passed in 0.03s
+
+See the testing errors above. Fix the code in calc.py.
+"""
+
+
+def _tree(root, *names):
+    for n in names:
+        (root / n).parent.mkdir(parents=True, exist_ok=True)
+        (root / n).write_text("")
+    return root
+
+
+def test_pytest_lines_name_the_test_files_that_exist(tmp_path):
+    root = _tree(tmp_path, "calc_test.py", "tests/test_more.py", "calc.py")
+    # missing_test.py is not in the repository: not run
+    assert failing_test_files(PYTEST_OUT, root) == ["calc_test.py", "tests/test_more.py"]
+    verbose = "calc_test.py::test_a PASSED\ncalc_test.py::test_b FAILED\n"
+    assert failing_test_files(verbose, root) == ["calc_test.py"]
+    collect = "______ ERROR collecting tests/test_more.py ______\nE   ImportError: x\n"
+    assert failing_test_files(collect, root) == ["tests/test_more.py"]
+
+
+def test_unittest_lines_name_the_module_file(tmp_path):
+    root = _tree(tmp_path, "pkg/calc_test.py", "other_test.py")
+    out = ("FAIL: test_neg (pkg.calc_test.CalcTest.test_neg)\n------\n"
+           "ERROR: test_x (other_test.T)\n------\nFAIL: test_y (gone_test.T)\n")
+    assert failing_test_files(out, root) == ["pkg/calc_test.py", "other_test.py"]
+
+
+@pytest.mark.parametrize("text", [
+    "FAILED ../outside_test.py::test_a - x",
+    "FAILED /etc/passwd.py::test_a - x",
+    "FAILED -p.py::test_a - x",
+    "FAILED link_test.py::test_a - x",  # a link to a file outside the repository
+    "FAILED tests::test_a - x",  # a folder, not a file
+    "the test in calc_test.py is failing",  # prose, not a test run's line
+    "",
+])
+def test_nothing_outside_the_repository_or_not_a_test_line(tmp_path, text):
+    root = tmp_path / "repo"
+    _tree(root, "calc_test.py", "tests/x.py")
+    (tmp_path / "outside_test.py").write_text("")
+    (root / "link_test.py").symlink_to(tmp_path / "outside_test.py")
+    (root / "-p.py").write_text("")
+    assert failing_test_files(text, root) == []
+    assert infer(text, root) == ""
+
+
+def test_the_command_quotes_what_it_names(tmp_path, monkeypatch):
+    root = _tree(tmp_path, "calc_test.py", "a b_test.py")
+    monkeypatch.setattr(testcmd, "_python_with_pytest", lambda: "python3")
+    out = "FAILED calc_test.py::t - x\nFAILED a b_test.py::t - x\n"
+    # "a b_test.py" as pytest writes it splits at the space: only calc_test.py is a file here
+    assert infer(out, root) == f"python3 -m pytest {testcmd.PYTEST_ARGS} calc_test.py"
+    monkeypatch.setattr(testcmd, "_python_with_pytest", lambda: "")
+    assert infer(out, root).endswith("-m unittest calc_test.py")
+
+
+TESTS = """import unittest
+from calc import add
+
+class CalcTest(unittest.TestCase):
+    def test_small(self):
+        self.assertEqual(add(1, 1), 2)
+    def test_neg(self):
+        self.assertEqual(add(-1, -1), -2)
+"""
+WRONG = "calc.py\n```python\ndef add(a, b):\n    return abs(a) + abs(b)\n```\n"
+RIGHT = "calc.py\n```python\ndef add(a, b):\n    return a + b\n```\n"
+
+
+def _failing_repo(root):
+    (root / "calc_test.py").write_text(TESTS)
+    (root / "calc.py").write_text("def add(a, b):\n    return abs(a) + abs(b)\n")
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-qm", "tests"], cwd=root, check=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST_")}
+    out = subprocess.run([sys.executable, "-m", "pytest", "-q", "--tb=short", "-p", "no:cacheprovider",
+                          "calc_test.py"], cwd=root, capture_output=True, text=True, env=env).stdout
+    assert "FAILED calc_test.py::CalcTest::test_neg" in out
+    return out + "\nThe tests are correct. Fix the code in calc.py.\n"
+
+
+@needs_bwrap
+def test_a_message_showing_failures_gets_them_run_after_each_edit(git_repo):
+    message = _failing_repo(git_repo)
+    model = ScriptedModel([WRONG, RIGHT, "Fixed."])
+    cfg = full_auto(edit_format="whole", max_fix_rounds=2)
+    events = list(conversation(git_repo, model, cfg).send(message))
+    notes = [e.message for e in events if isinstance(e, Warning)]
+    assert any("shows failing tests" in n and "calc_test.py" in n for n in notes)
+    tests = [e for e in events if isinstance(e, CheckRun) and e.kind == "test"]
+    # the reply that wrote the failing code again was tested, failed, and went back
+    assert [t.ok for t in tests] == [False, True]
+    assert "1 failed, 1 passed" in tests[0].output and tests[0].fed_back
+    assert "The tests failed" in model.seen[1][-1]["content"]
+    assert "return a + b" in (git_repo / "calc.py").read_text()
+
+
+@needs_bwrap
+@pytest.mark.parametrize("over", [dict(infer_test_cmd=False), dict(sandbox="off"),
+                                  dict(auto_test=False)])
+def test_no_inferred_tests_when_off_or_unsandboxed(git_repo, over):
+    message = _failing_repo(git_repo)
+    model = ScriptedModel([RIGHT, "Fixed."])
+    events = list(conversation(git_repo, model, full_auto(edit_format="whole", **over)).send(message))
+    assert not [e for e in events if isinstance(e, CheckRun) and e.kind == "test"]
+    assert not any(isinstance(e, Warning) and "shows failing tests" in e.message for e in events)
+
+
+@needs_bwrap
+def test_a_configured_test_cmd_wins(git_repo):
+    message = _failing_repo(git_repo)
+    model = ScriptedModel([RIGHT, "Fixed."])
+    cfg = full_auto(edit_format="whole", test_cmd="true")
+    events = list(conversation(git_repo, model, cfg).send(message))
+    assert [e.command for e in events if isinstance(e, CheckRun) and e.kind == "test"] == ["true"]
