@@ -56,6 +56,24 @@ def test_unittest_lines_name_the_module_file(tmp_path):
     assert failing_test_files(out, root) == ["pkg/calc_test.py", "other_test.py"]
 
 
+def test_a_clipped_run_names_its_test_files_by_their_traceback_lines(tmp_path):
+    """Output cut above its summary keeps the tracebacks: their lines in test files count,
+    lines in the code under test do not; Python's own tracebacks may give absolute paths."""
+    root = _tree(tmp_path / "repo", "bowling.py", "bowling_test.py", "tests/test_io.py",
+                 "tests/helpers.py")
+    clipped = ("bowling_test.py:16: in roll_new_game\n    game.roll(roll)\n"
+               "bowling.py:11: in roll\n    self.score += pins\n"
+               "E   AttributeError: 'BowlingGame' object has no attribute 'score'\n"
+               "tests/helpers.py:3: in make\n...\n28 failed, 3 passed in 0.21s\n")
+    assert failing_test_files(clipped, root) == ["bowling_test.py"]
+    native = ('Traceback (most recent call last):\n'
+              f'  File "{root}/tests/test_io.py", line 9, in test_read\n'
+              f'  File "{tmp_path}/elsewhere_test.py", line 1, in test_x\n'
+              '  File "/usr/lib/python3.11/unittest/case.py", line 57, in testPartExecutor\n')
+    (tmp_path / "elsewhere_test.py").write_text("")
+    assert failing_test_files(native, root) == ["tests/test_io.py"]
+
+
 @pytest.mark.parametrize("text", [
     "FAILED ../outside_test.py::test_a - x",
     "FAILED /etc/passwd.py::test_a - x",

@@ -4,8 +4,8 @@ A user who pastes a test run's failures ("these fail, fix the code") is asking f
 makes them pass; an agent that can run those tests again checks its own fix before it answers.
 When no `test_cmd` is configured and a message shows failures of test files that exist in the
 repository (pytest's `FAILED file.py::test` / `ERROR file.py` lines and its collection errors,
-unittest's `FAIL: test (module.Class...)` lines), those files are that message's test command
-(`python -m pytest -q --tb=short <files>`, or `python -m unittest <modules>` where no Python
+unittest's `FAIL: test (module.Class...)` lines, a traceback's lines in test files), those
+files are that message's test command (`python -m pytest -q --tb=short <files>`, or `python -m unittest <modules>` where no Python
 on PATH has pytest), and the lint-and-test loop (core/checks.py) runs it after each edit.
 
 The command is built here from paths that exist inside the repository, never from the
@@ -28,6 +28,11 @@ _PYTEST = re.compile(
     r"^(?:(?:FAILED|ERROR) (?P<a>[^\s:]+\.py)\b"
     r"|(?P<b>[^\s:]+\.py)::\S+ (?:FAILED|ERROR)\b"
     r"|_+ ERROR collecting (?P<c>[^\s:]+\.py) _+\s*$)", re.M)
+# A traceback's location lines (pytest's "a_test.py:12: in test_x" / "a_test.py:12: Error",
+# Python's 'File "/abs/a_test.py", line 12, in test_x'): they count for test files only
+# (the output may be clipped above its summary, so these can be all that is left).
+_LOCATION = re.compile(r'^(?:(?P<d>[^\s:]+\.py):\d+: |\s*File "(?P<e>[^"]+\.py)", line \d+, in )', re.M)
+_TEST_FILE = re.compile(r"(?:^|/)(?:test_[^/]*|[^/]*_tests?|tests?)\.py$")
 # unittest: "FAIL: test_x (pkg.mod_test.Cls.test_x)", "ERROR: test_x (mod_test.Cls)".
 _UNITTEST = re.compile(r"^(?:FAIL|ERROR): \w+ \((?P<dotted>[\w.]+)\)", re.M)
 MAX_FILES = 20
@@ -37,20 +42,33 @@ PYTEST_ARGS = "-q --tb=short -p no:cacheprovider"
 def failing_test_files(message: str, root: Path) -> list[str]:
     """The test files `message` shows failures of that exist under `root`, repo-relative,
     in order of appearance."""
-    found: list[str] = []
+    found: list[tuple[int, str]] = []
     for m in _PYTEST.finditer(message):
-        found.append(m.group("a") or m.group("b") or m.group("c"))
-    if not found:
-        for m in _UNITTEST.finditer(message):
-            parts = m.group("dotted").split(".")
-            # the module is the longest dotted prefix that is a file (test names and classes follow)
-            for n in range(len(parts), 0, -1):
-                cand = "/".join(parts[:n]) + ".py"
-                if _inside(root, cand):
-                    found.append(cand)
-                    break
-    files = [f for f in dict.fromkeys(found) if _inside(root, f)]
+        found.append((m.start(), m.group("a") or m.group("b") or m.group("c")))
+    for m in _LOCATION.finditer(message):
+        rel = _relative(root, m.group("d") or m.group("e"))
+        if rel and _TEST_FILE.search(rel):
+            found.append((m.start(), rel))
+    for m in _UNITTEST.finditer(message):
+        parts = m.group("dotted").split(".")
+        # the module is the longest dotted prefix that is a file (test names and classes follow)
+        for n in range(len(parts), 0, -1):
+            cand = "/".join(parts[:n]) + ".py"
+            if _inside(root, cand):
+                found.append((m.start(), cand))
+                break
+    files = [f for f in dict.fromkeys(f for _, f in sorted(found)) if _inside(root, f)]
     return files[:MAX_FILES]
+
+
+def _relative(root: Path, path: str) -> str:
+    """`path` relative to `root` when it is an absolute path below it, else as it is."""
+    if not path.startswith("/"):
+        return path
+    try:
+        return Path(path).resolve().relative_to(root.resolve()).as_posix()
+    except (OSError, ValueError):
+        return ""
 
 
 def _inside(root: Path, rel: str) -> bool:
