@@ -15,9 +15,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from pathlib import Path
 from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Callable, Iterator, Protocol
 
 from tools import TOOLS, ToolContext, ToolResult, call_tool
