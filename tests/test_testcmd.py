@@ -103,6 +103,26 @@ def test_the_command_quotes_what_it_names(tmp_path, monkeypatch):
     assert infer(out, root).endswith("-m unittest calc_test.py")
 
 
+def test_the_pytest_probe_runs_nothing_of_the_repository(tmp_path, monkeypatch):
+    """The probe for an interpreter with pytest runs outside the sandbox: a repository's own
+    pytest.py, or a `python` in a relative PATH entry, must not be what it runs."""
+    root = _tree(tmp_path / "repo", "calc_test.py")
+    marker = tmp_path / "ran"
+    (root / "pytest.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    fake = root / "bin" / "python"
+    fake.parent.mkdir()
+    fake.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    fake.chmod(0o755)
+    monkeypatch.chdir(root)
+    monkeypatch.setenv("PATH", "bin" + os.pathsep + os.environ["PATH"])
+    testcmd._python_with_pytest.cache_clear()
+    try:
+        assert infer("FAILED calc_test.py::t - x\n", root)
+    finally:
+        testcmd._python_with_pytest.cache_clear()
+    assert not marker.exists()
+
+
 TESTS = """import unittest
 from calc import add
 

@@ -15,6 +15,7 @@ checks): a test file is the repository's code, and a sandboxed run confines what
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -88,14 +89,18 @@ def _inside(root: Path, rel: str) -> bool:
 
 @lru_cache(maxsize=None)
 def _python_with_pytest() -> str:
-    """'python' or 'python3' (as found on PATH) when it can import pytest, else ''."""
+    """'python' or 'python3' (as found on PATH) when it can import pytest, else ''. The probe
+    runs outside the sandbox, so it runs isolated (`-I`: no current folder on sys.path, no
+    PYTHON* variables) from `/`, and only interpreters on PATH's absolute folders count: a
+    repository's own `pytest.py` or `python` is never what runs here."""
+    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(p))
     for name in ("python", "python3"):
-        exe = shutil.which(name)
+        exe = shutil.which(name, path=path)
         if not exe:
             continue
         try:
-            r = subprocess.run([exe, "-c", "import pytest"], capture_output=True, timeout=20,
-                               stdin=subprocess.DEVNULL)
+            r = subprocess.run([exe, "-I", "-c", "import pytest"], capture_output=True, timeout=20,
+                               stdin=subprocess.DEVNULL, cwd="/")
         except (OSError, subprocess.SubprocessError):
             continue
         if r.returncode == 0:
