@@ -95,7 +95,7 @@ class Config:
     test_cmd: str = ""
     # With no test_cmd: a message that shows failing tests of files in the repository (pasted
     # pytest or unittest output) has those tests run after each edit (agent/core/testcmd.py;
-    # only where run_shell's sandbox works).
+    # only where the approval mode runs a sandboxed shell command without asking).
     infer_test_cmd: bool = True
     max_fix_rounds: int = 2  # per message; 0 = the loop is off
     # A reply that loops or repeats an earlier reply (word for word, or its code) is sampled

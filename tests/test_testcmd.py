@@ -93,19 +93,47 @@ def test_nothing_outside_the_repository_or_not_a_test_line(tmp_path, text):
     assert infer(text, root) == ""
 
 
-def test_the_command_quotes_what_it_names(tmp_path, monkeypatch):
+def test_the_command_quotes_what_it_names_and_fits_run_shell(tmp_path, monkeypatch):
     root = _tree(tmp_path, "calc_test.py", "a b_test.py")
-    monkeypatch.setattr(testcmd, "_python_with_pytest", lambda: "python3")
+    monkeypatch.setattr(testcmd, "_python_with_pytest", lambda root: "python3")
     out = "FAILED calc_test.py::t - x\nFAILED a b_test.py::t - x\n"
     # "a b_test.py" as pytest writes it splits at the space: only calc_test.py is a file here
     assert infer(out, root) == f"python3 -m pytest {testcmd.PYTEST_ARGS} calc_test.py"
-    monkeypatch.setattr(testcmd, "_python_with_pytest", lambda: "")
-    assert infer(out, root).endswith("-m unittest calc_test.py")
+    long = [f"tests/test_{'x' * 100}_{i}.py" for i in range(25)]
+    _tree(root, *long)
+    cmd = infer("".join(f"FAILED {f}::t - x\n" for f in long), root)
+    assert len(cmd) <= testcmd.MAX_COMMAND_CHARS and cmd.endswith(".py") and long[0] in cmd
+    # without a Python that has pytest nothing is inferred (unittest would say "Ran 0 tests
+    # ... OK" of a pytest-style file)
+    monkeypatch.setattr(testcmd, "_python_with_pytest", lambda root: "")
+    assert infer(out, root) == ""
+
+
+def test_only_test_files_and_no_crash_on_odd_paths(tmp_path):
+    root = _tree(tmp_path / "repo", "setup.py", "@test_args.py", "tests/test_a.py")
+    (root / "loop_test.py").symlink_to(root / "loop_test.py")  # a link to itself
+    text = ("FAILED setup.py::t - x\nERROR: see (setup)\nFAILED @test_args.py::t\n"
+            "FAILED loop_test.py::t - x\n"
+            f'  File "{root}/loop_test.py", line 1, in t\n'
+            "tests/test_a.py:12: error: Incompatible types  [mypy]\n")
+    assert failing_test_files(text, root) == []
+    assert failing_test_files("tests/test_a.py:12: AssertionError\n", root) == ["tests/test_a.py"]
+
+
+def test_long_messages_are_scanned_in_linear_time(tmp_path):
+    import time
+
+    root = _tree(tmp_path, "calc_test.py")
+    t0 = time.perf_counter()
+    text = "\n" * 200_000 + " " * 1000 + "\nFAILED calc_test.py::t\n"
+    assert failing_test_files(text, root) == ["calc_test.py"]
+    assert time.perf_counter() - t0 < 5.0  # (quadratic, this took minutes)
 
 
 def test_the_pytest_probe_runs_nothing_of_the_repository(tmp_path, monkeypatch):
     """The probe for an interpreter with pytest runs outside the sandbox: a repository's own
-    pytest.py, or a `python` in a relative PATH entry, must not be what it runs."""
+    pytest.py, or a `python` in a PATH entry that is relative or inside the repository, must
+    not be what it runs."""
     root = _tree(tmp_path / "repo", "calc_test.py")
     marker = tmp_path / "ran"
     (root / "pytest.py").write_text(f"open({str(marker)!r}, 'w').write('x')\n")
@@ -114,13 +142,14 @@ def test_the_pytest_probe_runs_nothing_of_the_repository(tmp_path, monkeypatch):
     fake.write_text(f"#!/bin/sh\ntouch {marker}\n")
     fake.chmod(0o755)
     monkeypatch.chdir(root)
-    monkeypatch.setenv("PATH", "bin" + os.pathsep + os.environ["PATH"])
-    testcmd._python_with_pytest.cache_clear()
-    try:
-        assert infer("FAILED calc_test.py::t - x\n", root)
-    finally:
+    for entry in ("bin", str(root / "bin")):  # relative, and absolute inside the repository
+        monkeypatch.setenv("PATH", entry + os.pathsep + os.environ["PATH"])
         testcmd._python_with_pytest.cache_clear()
-    assert not marker.exists()
+        try:
+            assert infer("FAILED calc_test.py::t - x\n", root)
+        finally:
+            testcmd._python_with_pytest.cache_clear()
+        assert not marker.exists()
 
 
 TESTS = """import unittest
@@ -166,8 +195,10 @@ def test_a_message_showing_failures_gets_them_run_after_each_edit(git_repo):
 
 @needs_bwrap
 @pytest.mark.parametrize("over", [dict(infer_test_cmd=False), dict(sandbox="off"),
-                                  dict(auto_test=False)])
-def test_no_inferred_tests_when_off_or_unsandboxed(git_repo, over):
+                                  dict(auto_test=False), dict(approval_mode="auto-edit"),
+                                  dict(approval_mode="suggest")])
+def test_no_inferred_tests_when_off_unsandboxed_or_asking_for_shell(git_repo, over):
+    """Outside full-auto a shell command asks first: pasting failures does not change that."""
     message = _failing_repo(git_repo)
     model = ScriptedModel([RIGHT, "Fixed."])
     events = list(conversation(git_repo, model, full_auto(edit_format="whole", **over)).send(message))

@@ -318,17 +318,20 @@ class Conversation:
 
     def _test_cmd(self, text: str) -> str:
         """The message's test command: `test_cmd`, else the failing tests `text` shows, where
-        infer_test_cmd is on and run_shell's sandbox works (core/testcmd.py)."""
+        infer_test_cmd is on and the approval policy runs it sandboxed without asking
+        (core/testcmd.py)."""
         if self.cfg.test_cmd or not (self.cfg.auto_test and self.cfg.infer_test_cmd):
             return self.cfg.test_cmd
         if getattr(self.ctx, "sandbox", "off") == "off":
             return ""
-        from tools import sandbox
-
         from .testcmd import infer
 
         cmd = infer(text, Path(self.root))
-        return cmd if cmd and sandbox.available()[0] else ""
+        # only a command the approval policy runs, sandboxed, without asking (full-auto)
+        if not cmd or decide(self.cfg.approval_mode, "shell", "run_shell", {"command": cmd},
+                             Path(self.root)).ask:
+            return ""
+        return cmd
 
     def _test_as_answer(self, run: _Run) -> bool:
         """Whether files a reply wrote out unchanged are checked as an edit would be: with a

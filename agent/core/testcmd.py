@@ -5,12 +5,13 @@ makes them pass; an agent that can run those tests again checks its own fix befo
 When no `test_cmd` is configured and a message shows failures of test files that exist in the
 repository (pytest's `FAILED file.py::test` / `ERROR file.py` lines and its collection errors,
 unittest's `FAIL: test (module.Class...)` lines, a traceback's lines in test files), those
-files are that message's test command (`python -m pytest -q --tb=short <files>`, or `python -m unittest <modules>` where no Python
-on PATH has pytest), and the lint-and-test loop (core/checks.py) runs it after each edit.
+files are that message's test command (`python -m pytest -q --tb=short <files>`, where a
+Python on PATH has pytest; test files by pytest's default names, `test_*.py` / `*_test.py`),
+and the lint-and-test loop (core/checks.py) runs it after each edit.
 
 The command is built here from paths that exist inside the repository, never from the
-message's text itself, and it runs only where run_shell's sandbox works (the conversation
-checks): a test file is the repository's code, and a sandboxed run confines what it can do.
+message's text itself, and it runs only where run_shell would run it sandboxed without asking
+(the conversation checks the approval policy): a test file is the repository's code.
 """
 
 from __future__ import annotations
@@ -29,14 +30,16 @@ _PYTEST = re.compile(
     r"^(?:(?:FAILED|ERROR) (?P<a>[^\s:]+\.py)\b"
     r"|(?P<b>[^\s:]+\.py)::\S+ (?:FAILED|ERROR)\b"
     r"|_+ ERROR collecting (?P<c>[^\s:]+\.py) _+\s*$)", re.M)
-# A traceback's location lines (pytest's "a_test.py:12: in test_x" / "a_test.py:12: Error",
+# A traceback's location lines (pytest's "a_test.py:12: in test_x" / "a_test.py:12: AssertionError",
 # Python's 'File "/abs/a_test.py", line 12, in test_x'): they count for test files only
 # (the output may be clipped above its summary, so these can be all that is left).
-_LOCATION = re.compile(r'^(?:(?P<d>[^\s:]+\.py):\d+: |\s*File "(?P<e>[^"]+\.py)", line \d+, in )', re.M)
+_LOCATION = re.compile(r'^(?:(?P<d>[^\s:]+\.py):\d+: (?:in \w|\w*(?:Error|Exception)\b)'
+                       r'|[ \t]*File "(?P<e>[^"]+\.py)", line \d+, in )', re.M)
 _TEST_FILE = re.compile(r"(?:^|/)(?:test_[^/]*|[^/]*_tests?|tests?)\.py$")
 # unittest: "FAIL: test_x (pkg.mod_test.Cls.test_x)", "ERROR: test_x (mod_test.Cls)".
 _UNITTEST = re.compile(r"^(?:FAIL|ERROR): \w+ \((?P<dotted>[\w.]+)\)", re.M)
 MAX_FILES = 20
+MAX_COMMAND_CHARS = 2000  # run_shell's limit on a command
 PYTEST_ARGS = "-q --tb=short -p no:cacheprovider"
 
 
@@ -47,9 +50,7 @@ def failing_test_files(message: str, root: Path) -> list[str]:
     for m in _PYTEST.finditer(message):
         found.append((m.start(), m.group("a") or m.group("b") or m.group("c")))
     for m in _LOCATION.finditer(message):
-        rel = _relative(root, m.group("d") or m.group("e"))
-        if rel and _TEST_FILE.search(rel):
-            found.append((m.start(), rel))
+        found.append((m.start(), _relative(root, m.group("d") or m.group("e"))))
     for m in _UNITTEST.finditer(message):
         parts = m.group("dotted").split(".")
         # the module is the longest dotted prefix that is a file (test names and classes follow)
@@ -58,7 +59,9 @@ def failing_test_files(message: str, root: Path) -> list[str]:
             if _inside(root, cand):
                 found.append((m.start(), cand))
                 break
-    files = [f for f in dict.fromkeys(f for _, f in sorted(found)) if _inside(root, f)]
+    # only test files (pytest's own default patterns): a line naming setup.py is not a test
+    files = [f for f in dict.fromkeys(f for _, f in sorted(found))
+             if f and _TEST_FILE.search(f) and _inside(root, f)]
     return files[:MAX_FILES]
 
 
@@ -68,14 +71,14 @@ def _relative(root: Path, path: str) -> str:
         return path
     try:
         return Path(path).resolve().relative_to(root.resolve()).as_posix()
-    except (OSError, ValueError):
+    except (OSError, ValueError, RuntimeError):
         return ""
 
 
 def _inside(root: Path, rel: str) -> bool:
     """A plain relative path to a regular file inside `root` (no `..`, no link out, no
     option-like name)."""
-    if not rel or rel.startswith(("-", "/")) or "\\" in rel:
+    if not rel or rel.startswith(("-", "/", "@")) or "\\" in rel:  # (@: pytest's argument files)
         return False
     p = Path(rel)
     if p.is_absolute() or ".." in p.parts:
@@ -83,23 +86,30 @@ def _inside(root: Path, rel: str) -> bool:
     try:
         full = (root / p).resolve()
         return full.is_file() and full.is_relative_to(root.resolve())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RuntimeError):  # (RuntimeError: a symlink loop)
         return False
 
 
 @lru_cache(maxsize=None)
-def _python_with_pytest() -> str:
+def _python_with_pytest(root: str) -> str:
     """'python' or 'python3' (as found on PATH) when it can import pytest, else ''. The probe
-    runs outside the sandbox, so it runs isolated (`-I`: no current folder on sys.path, no
-    PYTHON* variables) from `/`, and only interpreters on PATH's absolute folders count: a
-    repository's own `pytest.py` or `python` is never what runs here."""
-    path = os.pathsep.join(p for p in os.environ.get("PATH", "").split(os.pathsep) if os.path.isabs(p))
+    runs outside the sandbox, so it runs from `/` with `-E` (no PYTHON* variables), and only
+    interpreters in PATH's absolute folders outside the repository `root` count: a
+    repository's own `pytest.py` or `bin/python` is never what runs here."""
+    base = Path(root).resolve()
+    folders = []
+    for p in os.environ.get("PATH", "").split(os.pathsep):
+        try:
+            if os.path.isabs(p) and not Path(p).resolve().is_relative_to(base):
+                folders.append(p)
+        except (OSError, ValueError, RuntimeError):
+            continue
     for name in ("python", "python3"):
-        exe = shutil.which(name, path=path)
-        if not exe:
+        exe = shutil.which(name, path=os.pathsep.join(folders))
+        if not exe or Path(exe).resolve().is_relative_to(base):
             continue
         try:
-            r = subprocess.run([exe, "-I", "-c", "import pytest"], capture_output=True, timeout=20,
+            r = subprocess.run([exe, "-E", "-c", "import pytest"], capture_output=True, timeout=20,
                                stdin=subprocess.DEVNULL, cwd="/")
         except (OSError, subprocess.SubprocessError):
             continue
@@ -108,18 +118,20 @@ def _python_with_pytest() -> str:
     return ""
 
 
-def _python() -> str:
-    return "python" if shutil.which("python") else "python3"
-
-
 def infer(message: str, root: Path) -> str:
     """The command that runs again the failing tests `message` shows, or '' (none named,
-    or none of them a file here)."""
+    none of them a file here, or no Python on PATH with pytest: unittest would report a
+    pytest-style test file as "Ran 0 tests ... OK")."""
     files = failing_test_files(message, root)
     if not files:
         return ""
-    py = _python_with_pytest()
-    quoted = " ".join(shlex.quote(f) for f in files)
-    if py:
-        return f"{py} -m pytest {PYTEST_ARGS} {quoted}"
-    return f"{_python()} -m unittest {quoted}"  # (it takes test files' paths as well)
+    py = _python_with_pytest(str(root))
+    if not py:
+        return ""
+    cmd = f"{py} -m pytest {PYTEST_ARGS}"
+    for f in files:  # as many as fit run_shell's limit
+        more = f"{cmd} {shlex.quote(f)}"
+        if len(more) > MAX_COMMAND_CHARS:
+            break
+        cmd = more
+    return cmd if cmd.endswith(".py") or cmd.endswith(".py'") else ""
