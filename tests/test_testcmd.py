@@ -110,9 +110,11 @@ def test_the_command_quotes_what_it_names_and_fits_run_shell(tmp_path, monkeypat
 
 
 def test_only_test_files_and_no_crash_on_odd_paths(tmp_path):
-    root = _tree(tmp_path / "repo", "setup.py", "@test_args.py", "tests/test_a.py")
+    root = _tree(tmp_path / "repo", "setup.py", "@test_args.py", "tests/test_a.py",
+                 ".git/test_hook.py")
     (root / "loop_test.py").symlink_to(root / "loop_test.py")  # a link to itself
     text = ("FAILED setup.py::t - x\nERROR: see (setup)\nFAILED @test_args.py::t\n"
+            "FAILED .git/test_hook.py::t - x\n"
             "FAILED loop_test.py::t - x\n"
             f'  File "{root}/loop_test.py", line 1, in t\n'
             "tests/test_a.py:12: error: Incompatible types  [mypy]\n")

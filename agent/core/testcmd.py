@@ -24,6 +24,8 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
+from tools._paths import PathError, confine
+
 # pytest: "FAILED a/b_test.py::Cls::test_x - Assert...", "ERROR a_test.py - ImportError",
 # "a_test.py::test_x FAILED" (-v), "____ ERROR collecting a_test.py ____".
 _PYTEST = re.compile(
@@ -76,17 +78,14 @@ def _relative(root: Path, path: str) -> str:
 
 
 def _inside(root: Path, rel: str) -> bool:
-    """A plain relative path to a regular file inside `root` (no `..`, no link out, no
-    option-like name)."""
-    if not rel or rel.startswith(("-", "/", "@")) or "\\" in rel:  # (@: pytest's argument files)
-        return False
-    p = Path(rel)
-    if p.is_absolute() or ".." in p.parts:
+    """A repo-relative path to a regular file inside `root`, as every tool confines paths
+    (tools/_paths.confine: no absolute path, no `..`, no link leading out, not in .git), and
+    not option-like (`-`, or `@` for pytest's argument files)."""
+    if not rel or rel.startswith(("-", "@")) or "\\" in rel:
         return False
     try:
-        full = (root / p).resolve()
-        return full.is_file() and full.is_relative_to(root.resolve())
-    except (OSError, ValueError, RuntimeError):  # (RuntimeError: a symlink loop)
+        return confine(root, rel).is_file()
+    except (PathError, OSError):
         return False
 
 
@@ -128,10 +127,10 @@ def infer(message: str, root: Path) -> str:
     py = _python_with_pytest(str(root))
     if not py:
         return ""
-    cmd = f"{py} -m pytest {PYTEST_ARGS}"
+    cmd, fitted = f"{py} -m pytest {PYTEST_ARGS}", 0
     for f in files:  # as many as fit run_shell's limit
         more = f"{cmd} {shlex.quote(f)}"
         if len(more) > MAX_COMMAND_CHARS:
             break
-        cmd = more
-    return cmd if cmd.endswith(".py") or cmd.endswith(".py'") else ""
+        cmd, fitted = more, fitted + 1
+    return cmd if fitted else ""
