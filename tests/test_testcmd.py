@@ -215,3 +215,54 @@ def test_a_configured_test_cmd_wins(git_repo):
     cfg = full_auto(edit_format="whole", test_cmd="true")
     events = list(conversation(git_repo, model, cfg).send(message))
     assert [e.command for e in events if isinstance(e, CheckRun) and e.kind == "test"] == ["true"]
+
+
+# ---- a fresh reply to a failure report answers the request before it again ----------------
+
+
+def test_restart_view_drops_the_answer_and_the_files_the_request_showed():
+    from agent.core.attempts import restart_view
+
+    stub = '<file path="calc.py">\ndef add(a, b):\n    pass\n</file>'
+    failed = '<file path="calc.py">\ndef add(a, b):\n    return a * b\n</file>'
+    other = '<file path="util.py">\nX = 1\n</file>'
+    view = [{"role": "system", "content": "sys"},
+            {"role": "user", "content": f"implement add in calc.py\n\nAttached files:\n{stub}"},
+            {"role": "assistant", "content": "calc.py\n```python\ndef add(a, b):\n    return a * b\n```"},
+            {"role": "user", "content": f"FAILED calc_test.py::t\nFix calc.py\n\nAttached files:\n{failed}"}]
+    got = restart_view(view, 1, 4)
+    assert got is not None and [m["role"] for m in got] == ["system", "user", "user"]
+    assert got[1] is view[1] and "a * b" not in str(got)
+    assert got[2]["content"] == "FAILED calc_test.py::t\nFix calc.py"
+    # a file the request did not show stays attached; one it did goes
+    view[3] = {"role": "user", "content": f"Fix calc.py\n\nAttached files:\n{failed}\n{other}"}
+    got = restart_view(view, 1, 4)
+    assert got[2]["content"] == f"Fix calc.py\n\nAttached files:\n{other}"
+    # nothing to restart from: the request showed none of the files, or there is no request
+    view[1] = {"role": "user", "content": "implement add"}
+    assert restart_view(view, 1, 4) is None
+    assert restart_view(view, -1, 4) is None and restart_view(view, 3, 4) is None
+
+
+@needs_bwrap
+def test_a_fresh_reply_to_a_failure_report_never_reads_the_failed_code(git_repo):
+    """Asked to fix the failures of its last answer, the model first replies to the report
+    (it may repair the code it sees); a fresh sample after that answers the request before
+    the report again, from the files as that request showed them, with the failures in view."""
+    from test_resample import Sampled
+
+    failing = _failing_repo(git_repo)  # calc.py holds abs(a) + abs(b), committed
+    (git_repo / "calc.py").write_text("def add(a, b):\n    pass\n")
+    model = Sampled([WRONG, WRONG, RIGHT])
+    cfg = full_auto(edit_format="whole", max_fix_rounds=2, attach_mentioned=True)
+    conv = conversation(git_repo, model, cfg)
+    list(conv.send("Implement add in calc.py."))
+    assert len(model.seen) == 1 and "pass" in model.seen[0][-1]["content"]
+    events = list(conv.send(failing))
+    notes = [e.message for e in events if isinstance(e, Warning)]
+    assert any("answers the message before it again" in n for n in notes)
+    report, fresh = model.seen[1], model.seen[2]
+    assert "abs(a)" in str(report) and "abs(a)" not in str(fresh)  # the failed code is not read
+    assert fresh[:-1] == model.seen[0] and "FAILED calc_test.py" in fresh[-1]["content"]
+    assert model.temps == [0.0, 0.0, 0.7]
+    assert "return a + b" in (git_repo / "calc.py").read_text()

@@ -26,6 +26,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .attach import ADDED, ATTACHED
+
 FRESH_TEMPERATURE = 0.7  # "resample" with resample_temperature = 0
 
 # pytest's last line: "== 2 failed, 7 passed, 1 error in 0.12s ==" (any order, any subset).
@@ -112,6 +114,40 @@ def resamples(cfg) -> bool:
 def fresh_temperature(cfg) -> float:
     """The temperature of a fresh reply (fix_mode "resample")."""
     return cfg.resample_temperature or FRESH_TEMPERATURE
+
+
+# an attached file's block as attach_mentions writes it (agent/core/attach.py)
+_FILE_BLOCK = re.compile(r'\n?<file path="([^"\n]+)">\n.*?\n</file>', re.DOTALL)
+
+
+def restart_view(view: list[dict[str, str]], request: int, base: int) -> list[dict[str, str]] | None:
+    """What a fresh reply to a message reporting failures of the answer before it reads: the
+    history up to that earlier request (`view[request]`, a user message) and then the message
+    (`view[base - 1]`), without the earlier request's replies and with the message's attached
+    files left out where the earlier request attached them too. The model sees those files as
+    the request showed them, before the failed answer wrote them, and answers the request
+    again with the failures in view: a sample that never read the failed code cannot copy it.
+    None when the earlier request attached none of the message's files (a fresh reply would
+    have nothing to write them from)."""
+    if not 0 < request < base - 1 or view[request]["role"] != "user":
+        return None
+    before = set(ATTACHED.findall(view[request]["content"]))
+    message = view[base - 1]
+    dropped: list[str] = []
+
+    def drop(m: re.Match[str]) -> str:
+        if m.group(1) in before:
+            dropped.append(m.group(1))
+            return ""
+        return m.group(0)
+
+    text = _FILE_BLOCK.sub(drop, message["content"])
+    if not dropped:
+        return None
+    text = text.rstrip()
+    if text.endswith(ADDED[3].strip()):  # every block went: the header goes too
+        text = text[: -len(ADDED[3].strip())].rstrip()
+    return [*view[: request + 1], {**message, "content": text}]
 
 
 def read_files(root: Path, paths: list[str]) -> dict[str, str | None]:

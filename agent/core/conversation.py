@@ -25,7 +25,8 @@ from tools import TOOLS, ToolContext, ToolResult, call_tool
 from tools.denylist import denylisted
 
 from .approvals import Decision, decide
-from .attempts import Attempt, Attempts, fresh_temperature, read_files, resamples, run_score
+from .attempts import (Attempt, Attempts, fresh_temperature, read_files, resamples, restart_view,
+                       run_score)
 from .backend import Backend, ModelError
 from ..cancel import CancelToken
 from ..config import Config
@@ -130,6 +131,7 @@ class _Run:
     attempts: Attempts = field(default_factory=Attempts)  # its test runs (core/attempts.py)
     fresh: bool = False  # the next reply answers the message afresh (fix_mode "resample")
     test_cmd: str = ""  # the tests run after its edits: test_cmd, or the message's own (core/testcmd.py)
+    request: int = -1  # the index of the message `send` added before this one (-1: none)
 
 
 class Conversation:
@@ -160,6 +162,8 @@ class Conversation:
         # The files as the last message's test runs left them (core/attempts.py, round 0),
         # with the command that tested them.
         self._tested: tuple[str, Attempt | None] = ("", None)
+        # the index of the last message `send` added (-1: none yet in this process)
+        self._request = -1
 
     # ---- state ---------------------------------------------------------------------------
 
@@ -219,6 +223,7 @@ class Conversation:
             text, _ = attach_mentions(text, self.ctx, plain=True, listing=self.user_messages == 0)
         self._append({"role": "user", "content": text})
         run.base = len(self.messages)
+        run.request, self._request = self._request, run.base - 1
         for turn in range(1, self.cfg.max_turns + 1):
             run.turn = turn
             if run.cancel.cancelled:
@@ -367,7 +372,15 @@ class Conversation:
         fresh, run.fresh = run.fresh, False
         sampling = nullcontext()
         if fresh:  # the message alone, without the failed attempts and their test runs
-            messages = messages[:run.base]
+            restart = None
+            if run.test_cmd and run.test_cmd != self.cfg.test_cmd:
+                # the message reports failing tests of the answer before it: that request
+                # answered again, without the failed code (core/attempts.py)
+                restart = restart_view(messages, run.request, run.base)
+                if restart is not None:
+                    yield Warning("the reply answers the message before it again, as if it "
+                                  "had not been answered, with these failures in view")
+            messages = restart or messages[:run.base]
             sampling = at_temperature(self.model, fresh_temperature(self.cfg),
                                       len(self.messages) * 100 + 50)
         with sampling:
