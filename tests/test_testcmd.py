@@ -230,18 +230,20 @@ def test_restart_view_drops_the_answer_and_the_files_the_request_showed():
             {"role": "user", "content": f"implement add in calc.py\n\nAttached files:\n{stub}"},
             {"role": "assistant", "content": "calc.py\n```python\ndef add(a, b):\n    return a * b\n```"},
             {"role": "user", "content": f"FAILED calc_test.py::t\nFix calc.py\n\nAttached files:\n{failed}"}]
-    got = restart_view(view, 1, 4)
+    got = restart_view(view, 1, 4, ["calc.py", "util.py"])
     assert got is not None and [m["role"] for m in got] == ["system", "user", "user"]
     assert got[1] is view[1] and "a * b" not in str(got)
     assert got[2]["content"] == "FAILED calc_test.py::t\nFix calc.py"
     # a file the request did not show stays attached; one it did goes
     view[3] = {"role": "user", "content": f"Fix calc.py\n\nAttached files:\n{failed}\n{other}"}
-    got = restart_view(view, 1, 4)
+    got = restart_view(view, 1, 4, ["calc.py", "util.py"])
     assert got[2]["content"] == f"Fix calc.py\n\nAttached files:\n{other}"
+    # a file someone changed since the answer (not in `files`) stays as it is now
+    assert restart_view(view, 1, 4, ["util.py"]) is None
     # nothing to restart from: the request showed none of the files, or there is no request
     view[1] = {"role": "user", "content": "implement add"}
-    assert restart_view(view, 1, 4) is None
-    assert restart_view(view, -1, 4) is None and restart_view(view, 3, 4) is None
+    assert restart_view(view, 1, 4, ["calc.py", "util.py"]) is None
+    assert restart_view(view, -1, 4, ["calc.py"]) is None and restart_view(view, 3, 4, ["calc.py"]) is None
 
 
 @needs_bwrap
@@ -266,3 +268,21 @@ def test_a_fresh_reply_to_a_failure_report_never_reads_the_failed_code(git_repo)
     assert fresh[:-1] == model.seen[0] and "FAILED calc_test.py" in fresh[-1]["content"]
     assert model.temps == [0.0, 0.0, 0.7]
     assert "return a + b" in (git_repo / "calc.py").read_text()
+
+
+@needs_bwrap
+def test_a_file_changed_by_hand_since_the_answer_is_not_restarted_from_its_old_text(git_repo):
+    """The restart shows the files as the earlier request showed them only where they are
+    still as the agent's answer left them; a person's edit in between is not set aside."""
+    from test_resample import Sampled
+
+    failing = _failing_repo(git_repo)
+    (git_repo / "calc.py").write_text("def add(a, b):\n    pass\n")
+    model = Sampled([WRONG, WRONG, RIGHT])
+    cfg = full_auto(edit_format="whole", max_fix_rounds=2, attach_mentioned=True)
+    conv = conversation(git_repo, model, cfg)
+    list(conv.send("Implement add in calc.py."))
+    (git_repo / "calc.py").write_text("def add(a, b):\n    return abs(a) + abs(b)  # mine\n")
+    events = list(conv.send(failing))
+    assert not any(isinstance(e, Warning) and "before it again" in e.message for e in events)
+    assert "# mine" in str(model.seen[2])  # the fresh reply read the file as it is

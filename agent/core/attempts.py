@@ -120,18 +120,20 @@ def fresh_temperature(cfg) -> float:
 _FILE_BLOCK = re.compile(r'\n?<file path="([^"\n]+)">\n.*?\n</file>', re.DOTALL)
 
 
-def restart_view(view: list[dict[str, str]], request: int, base: int) -> list[dict[str, str]] | None:
+def restart_view(view: list[dict[str, str]], request: int, base: int,
+                 files: list[str]) -> list[dict[str, str]] | None:
     """What a fresh reply to a message reporting failures of the answer before it reads: the
     history up to that earlier request (`view[request]`, a user message) and then the message
     (`view[base - 1]`), without the earlier request's replies and with the message's attached
     files left out where the earlier request attached them too. The model sees those files as
     the request showed them, before the failed answer wrote them, and answers the request
     again with the failures in view: a sample that never read the failed code cannot copy it.
-    None when the earlier request attached none of the message's files (a fresh reply would
-    have nothing to write them from)."""
+    Only `files` are left out: those that no one changed since the earlier request's answer
+    left them, so what the model no longer sees is that answer's work, not a person's edits.
+    None when no attached file qualifies (a fresh reply would have nothing to write it from)."""
     if not 0 < request < base - 1 or view[request]["role"] != "user":
         return None
-    before = set(ATTACHED.findall(view[request]["content"]))
+    before = set(ATTACHED.findall(view[request]["content"])) & set(files)
     message = view[base - 1]
     dropped: list[str] = []
 

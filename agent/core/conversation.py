@@ -132,6 +132,8 @@ class _Run:
     fresh: bool = False  # the next reply answers the message afresh (fix_mode "resample")
     test_cmd: str = ""  # the tests run after its edits: test_cmd, or the message's own (core/testcmd.py)
     request: int = -1  # the index of the message `send` added before this one (-1: none)
+    # the files the message before left as they still are (no one changed them since)
+    as_left: list[str] = field(default_factory=list)
 
 
 class Conversation:
@@ -162,8 +164,10 @@ class Conversation:
         # The files as the last message's test runs left them (core/attempts.py, round 0),
         # with the command that tested them.
         self._tested: tuple[str, Attempt | None] = ("", None)
-        # the index of the last message `send` added (-1: none yet in this process)
+        # the index of the last message `send` added (-1: none yet in this process), and the
+        # files that message changed or checked, as it left them
         self._request = -1
+        self._left: dict[str, str | None] = {}
 
     # ---- state ---------------------------------------------------------------------------
 
@@ -207,6 +211,8 @@ class Conversation:
         files attached to it."""
         run = _Run(summary or text, cancel or CancelToken())
         run.test_cmd = self._test_cmd(text)
+        left, self._left = self._left, {}
+        run.as_left = [p for p, c in read_files(self.root, list(left)).items() if c == left[p]]
         run.attempts = Attempts(self._start_state(run.test_cmd))
         if self.git.warning and not self._warned:
             self._warned = True
@@ -376,7 +382,7 @@ class Conversation:
             if run.test_cmd and run.test_cmd != self.cfg.test_cmd:
                 # the message reports failing tests of the answer before it: that request
                 # answered again, without the failed code (core/attempts.py)
-                restart = restart_view(messages, run.request, run.base)
+                restart = restart_view(messages, run.request, run.base, run.as_left)
                 if restart is not None:
                     yield Warning("the reply answers the message before it again, as if it "
                                   "had not been answered, with these failures in view")
@@ -722,6 +728,7 @@ class Conversation:
 
     def _finish(self, run: _Run, reason: str, error: str = "") -> Iterator[Event]:
         self._tested = (run.test_cmd, run.attempts.tested_state(self.root))
+        self._left = read_files(self.root, run.touched)
         yield from self._save_warnings()
         yield RunStopped(reason, run.turn)
         yield AgentResult(reason in ERROR_STOPS, run.last_text, run.turn, run.usage.as_dict(),
