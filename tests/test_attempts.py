@@ -250,6 +250,27 @@ def test_a_failing_file_written_out_unchanged_is_tested_and_answered_afresh(git_
     assert events[-1].stop_reason == "answered" and _code(git_repo) == "def add(a, b):\n    return a + b\n"
 
 
+def test_an_unchanged_rewrite_that_fails_does_not_use_up_a_fix_round(git_repo):
+    """The first reply to a failure report that writes the failing file out again made no
+    attempt at a fix: its test run counts as the score to beat, not as one of max_fix_rounds
+    (once a message: a second unchanged rewrite counts)."""
+    _setup(git_repo)
+    model = Sampled([ONE])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=1))
+    _send(conv)
+    model.turns = [ONE, NONE, RIGHT]
+    tests, events = _send(conv, "The tests are correct. Fix the code in calc.py.")
+    assert [c.ok for c in tests] == [False, False, True] and model.temps[-3:] == [0.0, 0.7, 0.7]
+    assert [c.fed_back for c in tests] == [True, True, False]
+    assert _code(git_repo) == "def add(a, b):\n    return a + b\n"
+    # a second unchanged rewrite is an attempt like any other
+    (git_repo / "calc.py").write_text("def add(a, b):\n    return a * b + 1\n")
+    model.turns, calls = [ONE, ONE, ONE, RIGHT], len(model.seen)
+    tests, _ = _send(conv, "The tests are correct. Fix the code in calc.py.")
+    assert [c.fed_back for c in tests] == [True, True] and len(model.seen) == calls + 3
+    assert "a * b + 1" in _code(git_repo)  # the fourth reply (RIGHT) was never asked for
+
+
 def test_an_unchanged_file_that_passes_ends_the_message_and_without_tests_is_not_run(git_repo):
     _setup(git_repo)
     model = Sampled([RIGHT, RIGHT])

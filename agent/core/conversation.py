@@ -126,6 +126,7 @@ class _Run:
     changed_any: bool = False  # an edit of this message applied
     repeated: bool = False  # the last reply still repeats an earlier one (core/resample.py)
     nudged: bool = False  # ... and the model was told so (or that its file changed nothing)
+    rewrote_free: bool = False  # a failed test run of an unchanged rewrite went uncounted
     base: int = 0  # the history's length once the message was added (its replies come after)
     touched: list[str] = field(default_factory=list)  # every file this message changed or checked
     attempts: Attempts = field(default_factory=Attempts)  # its test runs (core/attempts.py)
@@ -613,7 +614,13 @@ class Conversation:
             elif not out.ok:
                 run.attempts.rejected()
             if not out.ok:
-                run.fix_rounds += back
+                # The first reply that writes the files out unchanged and fails their tests
+                # made no attempt at a fix: its run sets the score to beat, and the round it
+                # used is given back (once a message; fix rounds bound attempts that changed
+                # something).
+                free = rewrote and out.kind == "test" and not run.rewrote_free
+                run.rewrote_free = run.rewrote_free or free
+                run.fix_rounds += back and not free
                 if back and out.kind == "test":
                     yield from self._afresh(run, score.describe())
                 elif back and rewrote:  # a failure the reply was shown and wrote out again
