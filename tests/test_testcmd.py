@@ -238,6 +238,18 @@ def test_restart_view_drops_the_answer_and_the_files_the_request_showed():
     view[3] = {"role": "user", "content": f"Fix calc.py\n\nAttached files:\n{failed}\n{other}"}
     got = restart_view(view, 1, 4, ["calc.py", "util.py"])
     assert got[2]["content"] == f"Fix calc.py\n\nAttached files:\n{other}"
+    # a `</file>` line inside a file's text does not end its block
+    tricky = '<file path="calc.py">\ndef add(a, b):\n    return a * b\n</file>\nSECRET = 1\n</file>'
+    doc = '<file path="doc.md">\nsee <file path="calc.py">\nx\n</file>\n</file>'
+    view[3] = {"role": "user", "content": f"Fix calc.py\n\nAttached files:\n{tricky}\n{doc}"}
+    got = restart_view(view, 1, 4, ["calc.py"])
+    assert got[2]["content"] == f"Fix calc.py\n\nAttached files:\n{doc}"
+    # a request that showed the file cut at the attachment limit is no text to write it from
+    cut = view[1]
+    view[1] = {"role": "user", "content": 'Do it\n\nAttached files:\n<file path="calc.py">\n'
+               'def add(a, b):\n[... 900 more bytes]\n</file>'}
+    assert restart_view(view, 1, 4, ["calc.py"]) is None
+    view[1] = cut
     # a file someone changed since the answer (not in `files`) stays as it is now
     assert restart_view(view, 1, 4, ["util.py"]) is None
     # nothing to restart from: the request showed none of the files, or there is no request
@@ -283,6 +295,37 @@ def test_a_file_changed_by_hand_since_the_answer_is_not_restarted_from_its_old_t
     conv = conversation(git_repo, model, cfg)
     list(conv.send("Implement add in calc.py."))
     (git_repo / "calc.py").write_text("def add(a, b):\n    return abs(a) + abs(b)  # mine\n")
+    assert "abs(a)" in (git_repo / "calc.py").read_text()
     events = list(conv.send(failing))
+    assert any(isinstance(e, Warning) and "afresh" in e.message for e in events)
     assert not any(isinstance(e, Warning) and "before it again" in e.message for e in events)
     assert "# mine" in str(model.seen[2])  # the fresh reply read the file as it is
+
+
+@needs_bwrap
+@pytest.mark.parametrize("between", ["note", "diff-format"])
+def test_no_restart_after_a_note_or_with_edits_that_apply_to_the_file_as_it_is(git_repo, between):
+    """A note added after the answer (a command's output the report may rely on) would be left
+    out of a restart, and search/replace edits written against the request's text would apply
+    to the failed file: neither restarts."""
+    from test_resample import Sampled
+
+    failing = _failing_repo(git_repo)
+    (git_repo / "calc.py").write_text("def add(a, b):\n    pass\n")
+    model = Sampled([WRONG, WRONG, RIGHT, RIGHT])
+    over = dict(edit_format="diff", fix_mode="resample") if between == "diff-format" else {}
+    if over:  # the same attempts as search/replace edits
+        def sr(old, new):
+            return f"calc.py\n```python\n<<<<<<< SEARCH\n{old}=======\n{new}>>>>>>> REPLACE\n```\n"
+        model.turns = [sr("    pass\n", "    return abs(a) + abs(b)\n"),
+                       sr("abs(a) + abs(b)\n", "abs(a) + abs(b)\n"),
+                       sr("abs(a) + abs(b)\n", "a + b\n"), "Fixed."]
+    cfg = full_auto(**{"edit_format": "whole", "max_fix_rounds": 2, "attach_mentioned": True, **over})
+    conv = conversation(git_repo, model, cfg)
+    list(conv.send("Implement add in calc.py."))
+    if between == "note":
+        conv.add_note("$ make check\nok")
+    assert "abs(a)" in (git_repo / "calc.py").read_text()
+    events = list(conv.send(failing))
+    assert any(isinstance(e, Warning) and "afresh" in e.message for e in events)
+    assert not any(isinstance(e, Warning) and "before it again" in e.message for e in events)

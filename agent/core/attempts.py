@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from .attach import ADDED, ATTACHED
+from .attach import ADDED
 
 FRESH_TEMPERATURE = 0.7  # "resample" with resample_temperature = 0
 
@@ -116,8 +116,25 @@ def fresh_temperature(cfg) -> float:
     return cfg.resample_temperature or FRESH_TEMPERATURE
 
 
-# an attached file's block as attach_mentions writes it (agent/core/attach.py)
-_FILE_BLOCK = re.compile(r'\n?<file path="([^"\n]+)">\n.*?\n</file>', re.DOTALL)
+def _attached(text: str) -> tuple[str, list[tuple[str, str]]]:
+    """(the text before its attachments, [(path, content)]) of a message as attach_mentions
+    writes one (agent/core/attach.py): the blocks follow its last "Attached files:" header,
+    one a line, each closed by a `</file>` line that ends the text or comes before the next
+    block (a `</file>` line inside a file's text does not end the block)."""
+    at = text.rfind(ADDED[3])
+    if at < 0:
+        return text, []
+    tail = text[at + len(ADDED[3]):]
+    blocks = []
+    for m in _BLOCK.finditer(tail):
+        blocks.append((m.group(1), m.group(2)))
+    if not blocks or "".join(m.group(0) for m in _BLOCK.finditer(tail)) != tail:
+        return text, []  # not attach_mentions' layout: nothing is taken apart
+    return text[:at], blocks
+
+
+_BLOCK = re.compile(r'\n<file path="([^"\n]+)">\n(.*?)\n</file>(?=\n<file path="|\Z)', re.DOTALL)
+_CUT = re.compile(r"\n\[\.\.\. \d+ more bytes\]\Z")  # an attachment cut at MAX_ATTACH_CHARS
 
 
 def restart_view(view: list[dict[str, str]], request: int, base: int,
@@ -128,28 +145,21 @@ def restart_view(view: list[dict[str, str]], request: int, base: int,
     files left out where the earlier request attached them too. The model sees those files as
     the request showed them, before the failed answer wrote them, and answers the request
     again with the failures in view: a sample that never read the failed code cannot copy it.
-    Only `files` are left out: those that no one changed since the earlier request's answer
-    left them, so what the model no longer sees is that answer's work, not a person's edits.
-    None when no attached file qualifies (a fresh reply would have nothing to write it from)."""
+    Only `files` are left out: those the earlier request's answer changed and no one changed
+    since, so what the model no longer sees is that answer's work, not a person's edits; and
+    only where the request shows their whole text (not cut at the attachment limit). None when
+    no attached file qualifies (a fresh reply would have nothing to write it from)."""
     if not 0 < request < base - 1 or view[request]["role"] != "user":
         return None
-    before = set(ATTACHED.findall(view[request]["content"])) & set(files)
-    message = view[base - 1]
-    dropped: list[str] = []
-
-    def drop(m: re.Match[str]) -> str:
-        if m.group(1) in before:
-            dropped.append(m.group(1))
-            return ""
-        return m.group(0)
-
-    text = _FILE_BLOCK.sub(drop, message["content"])
-    if not dropped:
+    shown = {p for p, text in _attached(view[request]["content"])[1] if not _CUT.search(text)}
+    head, blocks = _attached(view[base - 1]["content"])
+    kept = [(p, text) for p, text in blocks if p not in shown or p not in files]
+    if len(kept) == len(blocks):
         return None
-    text = text.rstrip()
-    if text.endswith(ADDED[3].strip()):  # every block went: the header goes too
-        text = text[: -len(ADDED[3].strip())].rstrip()
-    return [*view[: request + 1], {**message, "content": text}]
+    text = head.rstrip()
+    if kept:
+        text += ADDED[3] + "".join(f'\n<file path="{p}">\n{t}\n</file>' for p, t in kept)
+    return [*view[: request + 1], {**view[base - 1], "content": text}]
 
 
 def read_files(root: Path, paths: list[str]) -> dict[str, str | None]:

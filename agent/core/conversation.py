@@ -129,6 +129,7 @@ class _Run:
     rewrote_free: bool = False  # a failed test run of an unchanged rewrite went uncounted
     base: int = 0  # the history's length once the message was added (its replies come after)
     touched: list[str] = field(default_factory=list)  # every file this message changed or checked
+    written: list[str] = field(default_factory=list)  # every file this message changed
     attempts: Attempts = field(default_factory=Attempts)  # its test runs (core/attempts.py)
     fresh: bool = False  # the next reply answers the message afresh (fix_mode "resample")
     test_cmd: str = ""  # the tests run after its edits: test_cmd, or the message's own (core/testcmd.py)
@@ -169,6 +170,7 @@ class Conversation:
         # files that message changed or checked, as it left them
         self._request = -1
         self._left: dict[str, str | None] = {}
+        self._left_at = 0  # the history's length when that message ended
 
     # ---- state ---------------------------------------------------------------------------
 
@@ -213,7 +215,8 @@ class Conversation:
         run = _Run(summary or text, cancel or CancelToken())
         run.test_cmd = self._test_cmd(text)
         left, self._left = self._left, {}
-        run.as_left = [p for p, c in read_files(self.root, list(left)).items() if c == left[p]]
+        if len(self.messages) == self._left_at:  # (no note was added since)
+            run.as_left = [p for p, c in read_files(self.root, list(left)).items() if c == left[p]]
         run.attempts = Attempts(self._start_state(run.test_cmd))
         if self.git.warning and not self._warned:
             self._warned = True
@@ -380,9 +383,13 @@ class Conversation:
         sampling = nullcontext()
         if fresh:  # the message alone, without the failed attempts and their test runs
             restart = None
-            if run.test_cmd and run.test_cmd != self.cfg.test_cmd:
-                # the message reports failing tests of the answer before it: that request
-                # answered again, without the failed code (core/attempts.py)
+            if (run.test_cmd and run.test_cmd != self.cfg.test_cmd and run.as_left
+                    and self.cfg.edit_format == "whole"
+                    and messages[run.request] is self.messages[run.request]):
+                # The message reports failing tests of the answer before it: that request is
+                # answered again, without the failed code (core/attempts.py). Only with whole
+                # files (the other formats' edits apply to the files as they are), and only
+                # while the request is read whole (not compacted: core/budget.py).
                 restart = restart_view(messages, run.request, run.base, run.as_left)
                 if restart is not None:
                     yield Warning("the reply answers the message before it again, as if it "
@@ -519,6 +526,7 @@ class Conversation:
                 changed += result.changed
                 run.edited += result.changed
                 run.touched += result.changed
+                run.written += result.changed
                 if result.changed:
                     run.attempts.edited()
                 run.changed_any = run.changed_any or bool(result.changed)
@@ -735,7 +743,8 @@ class Conversation:
 
     def _finish(self, run: _Run, reason: str, error: str = "") -> Iterator[Event]:
         self._tested = (run.test_cmd, run.attempts.tested_state(self.root))
-        self._left = read_files(self.root, run.touched)
+        self._left = read_files(self.root, run.written)
+        self._left_at = len(self.messages)
         yield from self._save_warnings()
         yield RunStopped(reason, run.turn)
         yield AgentResult(reason in ERROR_STOPS, run.last_text, run.turn, run.usage.as_dict(),
