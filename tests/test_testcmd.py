@@ -329,3 +329,24 @@ def test_no_restart_after_a_note_or_with_edits_that_apply_to_the_file_as_it_is(g
     events = list(conv.send(failing))
     assert any(isinstance(e, Warning) and "afresh" in e.message for e in events)
     assert not any(isinstance(e, Warning) and "before it again" in e.message for e in events)
+
+
+@needs_bwrap
+def test_a_restart_reply_is_judged_against_the_file_it_read(git_repo):
+    """A restarted reply never saw the long file a failed attempt left; its short, complete
+    file is judged against the text it read (the request's), not taken for a snippet."""
+    from test_resample import Sampled
+
+    failing = _failing_repo(git_repo)
+    (git_repo / "calc.py").write_text("def add(a, b):\n    pass\n")
+    helpers = "".join(f"def helper_{i}(x):\n    return x + {i}\n\n\n" for i in range(8))
+    long = f"calc.py\n```python\n{helpers}def add(a, b):\n    return abs(a) + abs(b)\n```\n"
+    model = Sampled([WRONG, long, RIGHT, "Fixed."])
+    cfg = full_auto(edit_format="whole", max_fix_rounds=2, attach_mentioned=True)
+    conv = conversation(git_repo, model, cfg)
+    list(conv.send("Implement add in calc.py."))
+    events = list(conv.send(failing))
+    notes = [e.message for e in events if isinstance(e, Warning)]
+    assert any("before it again" in n for n in notes)
+    assert not any("not applied" in n for n in notes), notes
+    assert (git_repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"

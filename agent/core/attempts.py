@@ -137,6 +137,13 @@ _BLOCK = re.compile(r'\n<file path="([^"\n]+)">\n(.*?)\n</file>(?=\n<file path="
 _CUT = re.compile(r"\n\[\.\.\. \d+ more bytes\]\Z")  # an attachment cut at MAX_ATTACH_CHARS
 
 
+def restart_files(view: list[dict[str, str]], request: int, files: list[str]) -> dict[str, str]:
+    """The text of each of `files` as the request `view[request]` showed it whole (what a
+    restart_view reply wrote its files from)."""
+    return {p: text for p, text in _attached(view[request]["content"])[1]
+            if p in files and not _CUT.search(text)}
+
+
 def restart_view(view: list[dict[str, str]], request: int, base: int,
                  files: list[str]) -> list[dict[str, str]] | None:
     """What a fresh reply to a message reporting failures of the answer before it reads: the
@@ -151,9 +158,9 @@ def restart_view(view: list[dict[str, str]], request: int, base: int,
     no attached file qualifies (a fresh reply would have nothing to write it from)."""
     if not 0 < request < base - 1 or view[request]["role"] != "user":
         return None
-    shown = {p for p, text in _attached(view[request]["content"])[1] if not _CUT.search(text)}
+    shown = restart_files(view, request, files)
     head, blocks = _attached(view[base - 1]["content"])
-    kept = [(p, text) for p, text in blocks if p not in shown or p not in files]
+    kept = [(p, text) for p, text in blocks if p not in shown]
     if len(kept) == len(blocks):
         return None
     text = head.rstrip()

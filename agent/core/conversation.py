@@ -25,8 +25,8 @@ from tools import TOOLS, ToolContext, ToolResult, call_tool
 from tools.denylist import denylisted
 
 from .approvals import Decision, decide
-from .attempts import (Attempt, Attempts, fresh_temperature, read_files, resamples, restart_view,
-                       run_score)
+from .attempts import (Attempt, Attempts, fresh_temperature, read_files, resamples, restart_files,
+                       restart_view, run_score)
 from .backend import Backend, ModelError
 from ..cancel import CancelToken
 from ..config import Config
@@ -136,6 +136,8 @@ class _Run:
     request: int = -1  # the index of the message `send` added before this one (-1: none)
     # the files the message before left as they still are (no one changed them since)
     as_left: list[str] = field(default_factory=list)
+    # the files as the last reply read them, where that was not as they are (a restart_view)
+    shown: dict[str, str] = field(default_factory=dict)
 
 
 class Conversation:
@@ -380,6 +382,7 @@ class Conversation:
 
         messages = yield from self._fit()
         fresh, run.fresh = run.fresh, False
+        run.shown = {}
         sampling = nullcontext()
         if fresh:  # the message alone, without the failed attempts and their test runs
             restart = None
@@ -392,6 +395,7 @@ class Conversation:
                 # while the request is read whole (not compacted: core/budget.py).
                 restart = restart_view(messages, run.request, run.base, run.as_left)
                 if restart is not None:
+                    run.shown = restart_files(messages, run.request, run.as_left)
                     yield Warning("the reply answers the message before it again, as if it "
                                   "had not been answered, with these failures in view")
             messages = restart or messages[:run.base]
@@ -480,7 +484,8 @@ class Conversation:
         for block in parse_blocks(text, default, skip):
             if block.path in edited:  # the reply's edit blocks for it win
                 continue
-            verdict = judge(block, self.root) if fmt == "whole" else whole_verdict(block, self.root, fmt)
+            verdict = (judge(block, self.root, run.shown.get(block.path)) if fmt == "whole"
+                       else whole_verdict(block, self.root, fmt))
             if verdict == "same":
                 run.same.append(block.path)
                 # (UNCHANGED asks for the whole file again, which "diff" does not take)

@@ -166,8 +166,11 @@ def parse_blocks(text: str, default: str = "", skip=None) -> list[FileBlock]:
     return [FileBlock(p, c) for p, c in out.items()]
 
 
-def judge(block: FileBlock, root: Path) -> str:
-    """'' to apply the block, 'same' when it equals the file, or why it is not applied."""
+def judge(block: FileBlock, root: Path, shown: str | None = None) -> str:
+    """'' to apply the block, 'same' when it equals the file, or why it is not applied.
+    `shown`: the file's text as the reply read it, where that was not the file as it is (a
+    reply that answered an earlier request again, core/attempts.py restart_view): whether
+    the block is the whole file or a snippet is judged against what the model saw."""
     from tools._paths import PathError, confine
 
     try:
@@ -182,6 +185,7 @@ def judge(block: FileBlock, root: Path) -> str:
         return f"{block.path} is not a text file this format can rewrite"
     if old.rstrip("\n") == block.content.rstrip("\n"):
         return "same"
+    old = old if shown is None else shown
     old_lines, new_lines = old.count("\n") + 1, block.content.count("\n") + 1
     if old_lines >= MIN_LINES and new_lines * 2 < old_lines and not _redefines(old, block):
         return (f"the code block for {block.path} has {new_lines} of the file's {old_lines} "
