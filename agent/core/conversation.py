@@ -169,7 +169,7 @@ class Conversation:
         # with the command that tested them.
         self._tested: tuple[str, Attempt | None] = ("", None)
         # the index of the last message `send` added (-1: none yet in this process), and the
-        # files that message changed or checked, as it left them
+        # files that message changed, as it left them
         self._request = -1
         self._left: dict[str, str | None] = {}
         self._left_at = 0  # the history's length when that message ended
