@@ -21,7 +21,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "engine": ("local", "openai"),
     "tool_format": ("auto", "native", "text"),
     "edit_format": ("whole", "diff", "auto", "tool"),
-    "fix_mode": ("auto", "repair", "resample"),
+    "fix_mode": ("auto", "repair", "resample", "restart"),
 }
 
 # Edit formats in which files change through code blocks in the reply, not edit tools.

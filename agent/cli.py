@@ -79,7 +79,9 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--fix-mode", choices=CHOICES["fix_mode"],
                    help="after a failed test run (test_cmd) or a code block not applied: "
                    "repair (the failure goes back to the model), resample (a fresh reply to the "
-                   "message, sampled without the failed attempts) or auto (the default: resample "
+                   "message, sampled without the failed attempts), restart (resample; to a report of the "
+                   "last answer's failing tests, a fresh answer to its request, without its "
+                   "code) or auto (the default: resample "
                    "with --edit-format whole, repair otherwise); the best tested attempt is kept "
                    "either way")
 

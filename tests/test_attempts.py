@@ -251,12 +251,13 @@ def test_a_failing_file_written_out_unchanged_is_tested_and_answered_afresh(git_
 
 
 def test_an_unchanged_rewrite_that_fails_does_not_use_up_a_fix_round(git_repo):
-    """The first reply to a failure report that writes the failing file out again made no
-    attempt at a fix: its test run counts as the score to beat, not as one of max_fix_rounds
-    (once a message: a second unchanged rewrite counts)."""
+    """fix_mode "restart": the first reply to a failure report that writes the failing file
+    out again made no attempt at a fix; its test run counts as the score to beat, not as one
+    of max_fix_rounds (once a message: a second unchanged rewrite counts). The other modes
+    count it."""
     _setup(git_repo)
     model = Sampled([ONE])
-    conv = conversation(git_repo, model, _cfg(max_fix_rounds=1))
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=1, fix_mode="restart"))
     _send(conv)
     model.turns = [ONE, NONE, RIGHT]
     tests, events = _send(conv, "The tests are correct. Fix the code in calc.py.")
@@ -269,6 +270,10 @@ def test_an_unchanged_rewrite_that_fails_does_not_use_up_a_fix_round(git_repo):
     tests, _ = _send(conv, "The tests are correct. Fix the code in calc.py.")
     assert [c.fed_back for c in tests] == [True, True] and len(model.seen) == calls + 3
     assert "a * b + 1" in _code(git_repo)  # the fourth reply (RIGHT) was never asked for
+    conv.set_config(_cfg(max_fix_rounds=1))  # fix_mode "auto"
+    model.turns, calls = [ONE, NONE, RIGHT], len(model.seen)
+    tests, _ = _send(conv, "The tests are correct. Fix the code in calc.py.")
+    assert [c.fed_back for c in tests] == [True, False] and len(model.seen) == calls + 2
 
 
 def test_an_unchanged_file_that_passes_ends_the_message_and_without_tests_is_not_run(git_repo):

@@ -268,7 +268,7 @@ def test_a_fresh_reply_to_a_failure_report_never_reads_the_failed_code(git_repo)
     failing = _failing_repo(git_repo)  # calc.py holds abs(a) + abs(b), committed
     (git_repo / "calc.py").write_text("def add(a, b):\n    pass\n")
     model = Sampled([WRONG, WRONG, RIGHT])
-    cfg = full_auto(edit_format="whole", max_fix_rounds=2, attach_mentioned=True)
+    cfg = full_auto(edit_format="whole", max_fix_rounds=2, attach_mentioned=True, fix_mode="restart")
     conv = conversation(git_repo, model, cfg)
     list(conv.send("Implement add in calc.py."))
     assert len(model.seen) == 1 and "pass" in model.seen[0][-1]["content"]
@@ -291,7 +291,7 @@ def test_a_file_changed_by_hand_since_the_answer_is_not_restarted_from_its_old_t
     failing = _failing_repo(git_repo)
     (git_repo / "calc.py").write_text("def add(a, b):\n    pass\n")
     model = Sampled([WRONG, WRONG, RIGHT])
-    cfg = full_auto(edit_format="whole", max_fix_rounds=2, attach_mentioned=True)
+    cfg = full_auto(edit_format="whole", max_fix_rounds=2, attach_mentioned=True, fix_mode="restart")
     conv = conversation(git_repo, model, cfg)
     list(conv.send("Implement add in calc.py."))
     (git_repo / "calc.py").write_text("def add(a, b):\n    return abs(a) + abs(b)  # mine\n")
@@ -303,24 +303,26 @@ def test_a_file_changed_by_hand_since_the_answer_is_not_restarted_from_its_old_t
 
 
 @needs_bwrap
-@pytest.mark.parametrize("between", ["note", "diff-format"])
+@pytest.mark.parametrize("between", ["note", "diff-format", "default-fix-mode"])
 def test_no_restart_after_a_note_or_with_edits_that_apply_to_the_file_as_it_is(git_repo, between):
     """A note added after the answer (a command's output the report may rely on) would be left
     out of a restart, and search/replace edits written against the request's text would apply
-    to the failed file: neither restarts."""
+    to the failed file: neither restarts; nor does any fix_mode but "restart"."""
     from test_resample import Sampled
 
     failing = _failing_repo(git_repo)
     (git_repo / "calc.py").write_text("def add(a, b):\n    pass\n")
     model = Sampled([WRONG, WRONG, RIGHT, RIGHT])
-    over = dict(edit_format="diff", fix_mode="resample") if between == "diff-format" else {}
-    if over:  # the same attempts as search/replace edits
+    over = {"diff-format": dict(edit_format="diff"), "default-fix-mode": dict(fix_mode="auto"),
+            "note": {}}[between]
+    if between == "diff-format":  # the same attempts as search/replace edits
         def sr(old, new):
             return f"calc.py\n```python\n<<<<<<< SEARCH\n{old}=======\n{new}>>>>>>> REPLACE\n```\n"
         model.turns = [sr("    pass\n", "    return abs(a) + abs(b)\n"),
                        sr("abs(a) + abs(b)\n", "abs(a) + abs(b)\n"),
                        sr("abs(a) + abs(b)\n", "a + b\n"), "Fixed."]
-    cfg = full_auto(**{"edit_format": "whole", "max_fix_rounds": 2, "attach_mentioned": True, **over})
+    cfg = full_auto(**{"edit_format": "whole", "max_fix_rounds": 2, "attach_mentioned": True,
+                       "fix_mode": "restart", **over})
     conv = conversation(git_repo, model, cfg)
     list(conv.send("Implement add in calc.py."))
     if between == "note":
@@ -342,7 +344,7 @@ def test_a_restart_reply_is_judged_against_the_file_it_read(git_repo):
     helpers = "".join(f"def helper_{i}(x):\n    return x + {i}\n\n\n" for i in range(8))
     long = f"calc.py\n```python\n{helpers}def add(a, b):\n    return abs(a) + abs(b)\n```\n"
     model = Sampled([WRONG, long, RIGHT, "Fixed."])
-    cfg = full_auto(edit_format="whole", max_fix_rounds=2, attach_mentioned=True)
+    cfg = full_auto(edit_format="whole", max_fix_rounds=2, attach_mentioned=True, fix_mode="restart")
     conv = conversation(git_repo, model, cfg)
     list(conv.send("Implement add in calc.py."))
     events = list(conv.send(failing))

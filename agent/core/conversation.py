@@ -304,7 +304,7 @@ class Conversation:
         same, run.same = run.same, []
         offered = same if run.bare and not run.changed_any else []
         if (offered and not self._tests_judge(run) and run.fix_rounds < self.cfg.max_fix_rounds
-                and self.cfg.fix_mode == "resample" and can_resample(self.model)):
+                and self.cfg.fix_mode in ("resample", "restart") and can_resample(self.model)):
             # Only the files as they stand, not a word besides: no attempt at the message (the
             # 0.5B answers "add a docstring" so). Without tests nothing picks among samples, so
             # only an explicit fix_mode "resample" draws a fresh one (on 27 Exercism exercises
@@ -386,8 +386,8 @@ class Conversation:
         sampling = nullcontext()
         if fresh:  # the message alone, without the failed attempts and their test runs
             restart = None
-            if (run.test_cmd and run.test_cmd != self.cfg.test_cmd and run.as_left
-                    and self.cfg.edit_format == "whole"
+            if (self.cfg.fix_mode == "restart" and run.test_cmd and run.as_left
+                    and run.test_cmd != self.cfg.test_cmd and self.cfg.edit_format == "whole"
                     and messages[run.request] is self.messages[run.request]):
                 # The message reports failing tests of the answer before it: that request is
                 # answered again, without the failed code (core/attempts.py). Only with whole
@@ -627,11 +627,11 @@ class Conversation:
             elif not out.ok:
                 run.attempts.rejected()
             if not out.ok:
-                # The first reply that writes the files out unchanged and fails their tests
-                # made no attempt at a fix: its run sets the score to beat, and the round it
-                # used is given back (once a message; fix rounds bound attempts that changed
-                # something).
-                free = rewrote and out.kind == "test" and not run.rewrote_free
+                # fix_mode "restart": the first reply that writes the files out unchanged and
+                # fails their tests made no attempt at a fix; its run sets the score to beat,
+                # and the round it used is given back (once a message).
+                free = (rewrote and out.kind == "test" and not run.rewrote_free
+                        and self.cfg.fix_mode == "restart")
                 run.rewrote_free = run.rewrote_free or free
                 run.fix_rounds += back and not free
                 if back and out.kind == "test":
