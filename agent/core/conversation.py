@@ -217,7 +217,7 @@ class Conversation:
         run = _Run(summary or text, cancel or CancelToken())
         run.test_cmd = self._test_cmd(text)
         left, self._left = self._left, {}
-        if len(self.messages) == self._left_at:  # (no note was added since)
+        if self.cfg.fix_mode == "restart" and len(self.messages) == self._left_at:  # (no note since)
             run.as_left = [p for p, c in read_files(self.root, list(left)).items() if c == left[p]]
         run.attempts = Attempts(self._start_state(run.test_cmd))
         if self.git.warning and not self._warned:
@@ -748,7 +748,7 @@ class Conversation:
 
     def _finish(self, run: _Run, reason: str, error: str = "") -> Iterator[Event]:
         self._tested = (run.test_cmd, run.attempts.tested_state(self.root))
-        self._left = read_files(self.root, run.written)
+        self._left = read_files(self.root, run.written) if self.cfg.fix_mode == "restart" else {}
         self._left_at = len(self.messages)
         yield from self._save_warnings()
         yield RunStopped(reason, run.turn)
