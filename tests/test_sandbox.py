@@ -527,3 +527,10 @@ def test_home_socket_folders_are_hidden_offline(git_repo, visible_home):
 def test_a_nul_byte_in_a_command_is_one_clear_error(ctx):
     r = sh(ctx, "echo a\x00b")
     assert not r.ok and r.output == "Error: the command contains a NUL byte, which no shell can be given; not run"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
+def test_a_pid_outside_any_sandbox_is_not_counted_as_one():
+    """A sandbox's first pid that ended and was reused by a process outside it would show this
+    machine's /proc (every process here): it is not counted, so no command is killed for it."""
+    assert sandbox.process_count(os.getpid()) is None

@@ -266,11 +266,17 @@ def _limited(argv: list[str], exe: str) -> list[str]:
 
 def process_count(child_pid: int) -> int | None:
     """How many processes the bwrap sandbox whose first process is `child_pid` holds now (its
-    own /proc lists only them); None when it cannot be seen (gone, no permission)."""
+    own /proc lists only them); None when it cannot be seen (gone, no permission), or when
+    the pid is no longer the sandbox's: a pid that ended and was reused by a process outside
+    it is in this process's PID namespace, and its /proc would list every process here."""
     try:
-        return sum(1 for name in os.listdir(f"/proc/{child_pid}/root/proc") if name.isdigit())
+        ours = os.readlink("/proc/self/ns/pid")
+        before = os.readlink(f"/proc/{child_pid}/ns/pid")
+        n = sum(1 for name in os.listdir(f"/proc/{child_pid}/root/proc") if name.isdigit())
+        after = os.readlink(f"/proc/{child_pid}/ns/pid")
     except OSError:
         return None
+    return None if ours in (before, after) else n
 
 
 # ---- which commands may write the git folder -------------------------------------------------
