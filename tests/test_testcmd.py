@@ -221,7 +221,10 @@ def test_a_configured_test_cmd_wins(git_repo):
 
 
 def test_restart_view_drops_the_answer_and_the_files_the_request_showed():
-    from agent.core.attempts import restart_view
+    from agent.core.attempts import restart_files, restart_view
+
+    def rv(view, request, base, files):  # as the conversation calls it
+        return restart_view(view, request, base, restart_files(view, request, files))
 
     stub = '<file path="calc.py">\ndef add(a, b):\n    pass\n</file>'
     failed = '<file path="calc.py">\ndef add(a, b):\n    return a * b\n</file>'
@@ -230,32 +233,32 @@ def test_restart_view_drops_the_answer_and_the_files_the_request_showed():
             {"role": "user", "content": f"implement add in calc.py\n\nAttached files:\n{stub}"},
             {"role": "assistant", "content": "calc.py\n```python\ndef add(a, b):\n    return a * b\n```"},
             {"role": "user", "content": f"FAILED calc_test.py::t\nFix calc.py\n\nAttached files:\n{failed}"}]
-    got = restart_view(view, 1, 4, ["calc.py", "util.py"])
+    got = rv(view, 1, 4, ["calc.py", "util.py"])
     assert got is not None and [m["role"] for m in got] == ["system", "user", "user"]
     assert got[1] is view[1] and "a * b" not in str(got)
     assert got[2]["content"] == "FAILED calc_test.py::t\nFix calc.py"
     # a file the request did not show stays attached; one it did goes
     view[3] = {"role": "user", "content": f"Fix calc.py\n\nAttached files:\n{failed}\n{other}"}
-    got = restart_view(view, 1, 4, ["calc.py", "util.py"])
+    got = rv(view, 1, 4, ["calc.py", "util.py"])
     assert got[2]["content"] == f"Fix calc.py\n\nAttached files:\n{other}"
     # a `</file>` line inside a file's text does not end its block
     tricky = '<file path="calc.py">\ndef add(a, b):\n    return a * b\n</file>\nSECRET = 1\n</file>'
     doc = '<file path="doc.md">\nsee <file path="calc.py">\nx\n</file>\n</file>'
     view[3] = {"role": "user", "content": f"Fix calc.py\n\nAttached files:\n{tricky}\n{doc}"}
-    got = restart_view(view, 1, 4, ["calc.py"])
+    got = rv(view, 1, 4, ["calc.py"])
     assert got[2]["content"] == f"Fix calc.py\n\nAttached files:\n{doc}"
     # a request that showed the file cut at the attachment limit is no text to write it from
     cut = view[1]
     view[1] = {"role": "user", "content": 'Do it\n\nAttached files:\n<file path="calc.py">\n'
                'def add(a, b):\n[... 900 more bytes]\n</file>'}
-    assert restart_view(view, 1, 4, ["calc.py"]) is None
+    assert rv(view, 1, 4, ["calc.py"]) is None
     view[1] = cut
     # a file someone changed since the answer (not in `files`) stays as it is now
-    assert restart_view(view, 1, 4, ["util.py"]) is None
+    assert rv(view, 1, 4, ["util.py"]) is None
     # nothing to restart from: the request showed none of the files, or there is no request
     view[1] = {"role": "user", "content": "implement add"}
-    assert restart_view(view, 1, 4, ["calc.py", "util.py"]) is None
-    assert restart_view(view, -1, 4, ["calc.py"]) is None and restart_view(view, 3, 4, ["calc.py"]) is None
+    assert rv(view, 1, 4, ["calc.py", "util.py"]) is None
+    assert rv(view, -1, 4, ["calc.py"]) is None and rv(view, 3, 4, ["calc.py"]) is None
 
 
 @needs_bwrap

@@ -22,6 +22,7 @@ argv. This module neither runs commands nor decides whether they need approval.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -264,13 +265,18 @@ def _limited(argv: list[str], exe: str) -> list[str]:
     return out + list(argv)
 
 
+@functools.lru_cache(maxsize=1)
+def _own_pid_namespace() -> str:
+    return os.readlink("/proc/self/ns/pid")
+
+
 def process_count(child_pid: int) -> int | None:
     """How many processes the bwrap sandbox whose first process is `child_pid` holds now (its
     own /proc lists only them); None when it cannot be seen (gone, no permission), or when
     the pid is no longer the sandbox's: a pid that ended and was reused by a process outside
     it is in this process's PID namespace, and its /proc would list every process here."""
     try:
-        ours = os.readlink("/proc/self/ns/pid")
+        ours = _own_pid_namespace()
         before = os.readlink(f"/proc/{child_pid}/ns/pid")
         n = sum(1 for name in os.listdir(f"/proc/{child_pid}/root/proc") if name.isdigit())
         after = os.readlink(f"/proc/{child_pid}/ns/pid")

@@ -130,12 +130,10 @@ def _attached(text: str) -> tuple[str, list[tuple[str, str]]]:
     if at < 0:
         return text, []
     tail = text[at + len(ADDED[3]):]
-    blocks = []
-    for m in _BLOCK.finditer(tail):
-        blocks.append((m.group(1), m.group(2)))
-    if not blocks or "".join(m.group(0) for m in _BLOCK.finditer(tail)) != tail:
+    found = list(_BLOCK.finditer(tail))
+    if not found or "".join(m.group(0) for m in found) != tail:
         return text, []  # not attach_mentions' layout: nothing is taken apart
-    return text[:at], blocks
+    return text[:at], [(m.group(1), m.group(2)) for m in found]
 
 
 _BLOCK = re.compile(r'\n<file path="([^"\n]+)">\n(.*?)\n</file>(?=\n<file path="|\Z)', re.DOTALL)
@@ -150,20 +148,19 @@ def restart_files(view: list[dict[str, str]], request: int, files: list[str]) ->
 
 
 def restart_view(view: list[dict[str, str]], request: int, base: int,
-                 files: list[str]) -> list[dict[str, str]] | None:
+                 shown: dict[str, str]) -> list[dict[str, str]] | None:
     """What a fresh reply to a message reporting failures of the answer before it reads: the
     history up to that earlier request (`view[request]`, a user message) and then the message
     (`view[base - 1]`), without the earlier request's replies and with the message's attached
     files left out where the earlier request attached them too. The model sees those files as
     the request showed them, before the failed answer wrote them, and answers the request
     again with the failures in view: a sample that never read the failed code cannot copy it.
-    Only `files` are left out: those the earlier request's answer changed and no one changed
-    since, so what the model no longer sees is that answer's work, not a person's edits; and
-    only where the request shows their whole text (not cut at the attachment limit). None when
-    no attached file qualifies (a fresh reply would have nothing to write it from)."""
+    Only the files in `shown` (restart_files: those the earlier request's answer changed and
+    no one changed since, where the request shows their whole text) are left out, so what the
+    model no longer sees is that answer's work, not a person's edits. None when no attached
+    file qualifies (a fresh reply would have nothing to write it from)."""
     if not 0 < request < base - 1 or view[request]["role"] != "user":
         return None
-    shown = restart_files(view, request, files)
     head, blocks = _attached(view[base - 1]["content"])
     kept = [(p, text) for p, text in blocks if p not in shown]
     if len(kept) == len(blocks):

@@ -393,9 +393,10 @@ class Conversation:
                 # answered again, without the failed code (core/attempts.py). Only with whole
                 # files (the other formats' edits apply to the files as they are), and only
                 # while the request is read whole (not compacted: core/budget.py).
-                restart = restart_view(messages, run.request, run.base, run.as_left)
+                shown = restart_files(messages, run.request, run.as_left)
+                restart = restart_view(messages, run.request, run.base, shown)
                 if restart is not None:
-                    run.shown = restart_files(messages, run.request, run.as_left)
+                    run.shown = shown
                     yield Warning("the reply answers the message before it again, as if it "
                                   "had not been answered, with these failures in view")
             messages = restart or messages[:run.base]
