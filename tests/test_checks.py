@@ -239,7 +239,34 @@ def test_an_edit_that_drops_imported_constants_hears_of_both_checks(git_repo):
     assert "Undefined name `EQUAL`" in fed
     assert "kinds.py does not define `EQUAL`, `UNEQUAL`, which kinds_test.py imports from it" in fed
     assert "top level of the module" in fed
+    # the importer is kept out of git's view (as tests the agent is not shown): not attached
+    assert '<file path="kinds_test.py">' not in fed and "rename or remove" not in fed
     assert result.stop_reason == "answered" and "EQUAL = 1" in (git_repo / "kinds.py").read_text()
+
+
+def test_a_rename_that_breaks_an_importer_is_sent_back_with_the_importer_attached(git_repo):
+    """A rename written into one file leaves another file's import of the old name broken:
+    the failure goes back with that file attached whole, so the model can carry the rename
+    into it (or keep the name, when the message asked for no rename)."""
+    import subprocess
+
+    (git_repo / "shapes.py").write_text("def area(w, h):\n    return w * h\n")
+    main = "from shapes import area\n\n\ndef describe(w, h):\n    return area(w, h)\n"
+    (git_repo / "main.py").write_text(main)
+    subprocess.run(["git", "add", "shapes.py", "main.py"], cwd=git_repo, check=True)
+    renamed = "shapes.py\n```python\ndef rect_area(w, h):\n    return w * h\n```\n"
+    carried = "main.py\n```python\n" + main.replace("area", "rect_area") + "```\n"
+    model = ScriptedModel([renamed, carried])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    checks, result = _run(conv, "Rename the function area to rect_area in shapes.py")
+    assert [(c.kind, c.ok) for c in checks if c.kind == "names"] == [("names", False)]
+    fed = model.seen[1][-1]["content"]
+    assert "shapes.py does not define `area`, which main.py imports from it" in fed
+    assert "rename or remove these names, change the files that import them as well (main.py" in fed
+    assert fed.endswith('Attached files:\n<file path="main.py">\n' + main + "\n</file>")
+    assert "for each file you change" in fed
+    assert result.stop_reason == "answered"
+    assert (git_repo / "main.py").read_text() == main.replace("area", "rect_area")
 
 
 STUB = "calc.py\n```python\ndef add(a, b):\n    # your code here\n    pass\n```\n"

@@ -162,6 +162,11 @@ def test_code_names_in_a_message_are_looked_up_and_their_files_attached(git_repo
 
     assert symbols("Rename fetch_data; is MAX_RETRIES in `area`? UserCache, not calc.py or Hello") \
         == ["fetch_data", "MAX_RETRIES", "area", "UserCache"]
+    # a plain word the text calls a function, class, ... is a code name; prose words are not
+    assert symbols("Rename the function area to rect_area, the method named push(x) and the "
+                   "class called stack; a function that sorts, a method in utils.py") \
+        == ["area", "rect_area", "push", "stack"]
+    assert symbols("Add a parameter to the module utils.py") == []
     (git_repo / "net.py").write_text("import os\n\nMAX_RETRIES = 5\n")
     (git_repo / "other.py").write_text("print('no names here')\n")
     subprocess.run(["git", "add", "net.py", "other.py"], cwd=git_repo, check=True)

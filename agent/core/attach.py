@@ -38,6 +38,17 @@ MAX_MENTIONED = 6  # files attached by plain mention, per message
 MAX_MENTIONED_CHARS = 40_000  # their total
 MAX_LISTED = 60  # files named in a conversation's first message
 IDENT = re.compile(r"`([^`\s]+)`|(?<![\w.])([A-Za-z_]\w*)(?![\w.])")
+# A plain word is a code name where the text says what kind of name it is: "the function area",
+# "a method called load" (a kind word, optionally "called"/"named", then the name).
+KIND = re.compile(r"\b(?:functions?|methods?|class(?:es)?|variables?|constants?|attributes?|"
+                  r"fields?|parameters?|arguments?|propert(?:y|ies))\s+(?:(?:called|named)\s+)?"
+                  r"([A-Za-z_]\w*)(?!\w|\.\w)", re.IGNORECASE)
+# Words that follow a kind word in prose without being a name ("the function that sorts").
+NOT_NAMES = frozenset("""a an the that which who whose this these those it its they them there
+and or but nor so if then than when where while with without within into onto from for of to
+in on at by as is are was were be been being has have had do does did can could should would
+will shall may might must not no any all each every some other another one two same such
+called named first last new old above below here""".split())
 MAX_SYMBOLS = 6  # code names looked up per message
 MAX_SCANNED = 400  # files searched for them
 MAX_HITS = 24  # lines shown
@@ -133,9 +144,11 @@ def typed_text(message: str) -> str:
 
 
 def symbols(text: str) -> list[str]:
-    """Code names in `text`: words in backticks, and words that look like identifiers
-    (snake_case, CamelCase, CONSTANT_CASE); file names are not among them."""
-    out = []
+    """Code names in `text`, in order: words in backticks, words that look like identifiers
+    (snake_case, CamelCase, CONSTANT_CASE) and words the text calls a function, method,
+    class, variable, constant, attribute, field, parameter, argument or property ("the
+    function area"); file names are not among them."""
+    found: list[tuple[int, str]] = []
     for m in IDENT.finditer(text):
         word = m.group(1) or m.group(2)
         if not word or not re.fullmatch(r"[A-Za-z_]\w{2,}", word):
@@ -143,8 +156,12 @@ def symbols(text: str) -> list[str]:
         inner = word.strip("_")
         mixed = any(c.isupper() for c in inner[1:]) and any(c.islower() for c in inner)
         if m.group(1) or "_" in inner or mixed or (inner.isupper() and len(inner) >= 3):
-            out.append(word)
-    return list(dict.fromkeys(out))[:MAX_SYMBOLS]
+            found.append((m.start(), word))
+    for m in KIND.finditer(text):
+        word = m.group(1)
+        if len(word) >= 3 and word.lower() not in NOT_NAMES:
+            found.append((m.start(1), word))
+    return list(dict.fromkeys(w for _, w in sorted(found)))[:MAX_SYMBOLS]
 
 
 def symbol_hits(root: Path, files: list[str], names: list[str]) -> tuple[list[str], dict[str, str]]:

@@ -30,6 +30,7 @@ from typing import Any
 
 RUFF_RULES = "E9,F63,F7,F82"  # syntax errors, bad comparisons, misplaced statements, undefined names
 MAX_FEEDBACK_CHARS = 3000
+MAX_IMPORTERS, MAX_IMPORTER_CHARS = 4, 20_000  # files a names failure attaches
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,8 @@ class Outcome:
     # edit that dropped a definition shows as undefined names in the file and as imports of
     # it elsewhere; the model is told both at once).
     missing: str = ""
+    # `names`: the files that import what the edit removed (relative to the root).
+    importers: tuple[str, ...] = ()
 
 
 def python_files(paths: list[str], root: Path) -> list[str]:
@@ -86,12 +89,14 @@ def names(paths: list[str], root: Path) -> Outcome:
     """The names other files import from the edited modules that these no longer define."""
     from .pynames import missing_names
 
-    lines = []
+    lines, importers = [], []
     for p in paths:
         for m in missing_names(root, p):
             listed = ", ".join(f"`{n}`" for n in m.names)
             lines.append(f"{p} does not define {listed}, which {m.importer} imports from it")
-    return Outcome("names", "imports of " + " ".join(paths), not lines, "\n".join(lines))
+            importers.append(m.importer)
+    return Outcome("names", "imports of " + " ".join(paths), not lines, "\n".join(lines),
+                   importers=tuple(dict.fromkeys(importers)))
 
 
 _ABSTRACT = {"abstractmethod", "abstractproperty", "overload"}
@@ -211,7 +216,8 @@ def run_checks(cfg: Any, edited: list[str], ctx: Any, message: str = "",
         if out is not None:
             if not out.ok:
                 gone = names(py, root)
-                yield replace(out, missing="" if gone.ok else gone.output)
+                yield replace(out, missing="" if gone.ok else gone.output,
+                              importers=gone.importers)
                 return
             yield out
         out = names(py, root)
@@ -238,11 +244,14 @@ def _quote(path: str) -> str:
     return shlex.quote(path)
 
 
-def feedback(out: Outcome, root: Path | None = None, whole_files: bool = False) -> str:
+def feedback(out: Outcome, root: Path | None = None, whole_files: bool = False,
+             importers: dict[str, str] | None = None) -> str:
     """The user message that gives a failed check back to the model: what failed, its output
     (not fenced: a small model copies a fenced block back as if it were the file), the source
     lines a syntax or ruff report names, and how to reply (`whole_files`: the "whole" edit
-    format, where a fix is the whole file again)."""
+    format, where a fix is the whole file again). `importers`: the text of the files that
+    import what the edit removed (`importer_texts`), attached so that a rename or removal the
+    message asked for can be carried into them."""
     text = out.output.strip()
     if len(text) > MAX_FEEDBACK_CHARS:
         text = text[: MAX_FEEDBACK_CHARS // 2] + "\n...\n" + text[-MAX_FEEDBACK_CHARS // 2:]
@@ -259,12 +268,47 @@ def feedback(out: Outcome, root: Path | None = None, whole_files: bool = False) 
         parts += ["", "Other files import names your edit removed:", out.missing]
     if out.kind == "stubs":
         parts += ["", "Write the code that each of them needs to do what the message asks."]
-    if out.kind == "names" or out.missing:
-        parts += ["", "Keep every function, class and constant that other files import, "
-                  "defined at the top level of the module (not inside a class or a function)."]
-    parts += ["", "Fix the code: reply with the file's path on one line and then the whole "
-              "corrected file in one code block." if whole_files else "Fix the code."]
+    keep = ("keep every function, class and constant that other files import, defined at the "
+            "top level of the module (not inside a class or a function).")
+    if (out.kind == "names" or out.missing) and importers:
+        which = ", ".join(importers)
+        parts += ["", (f"If the message asks to rename or remove these names, change the files "
+                       f"that import them as well ({which}, attached below); otherwise {keep}")]
+    elif out.kind == "names" or out.missing:
+        parts += ["", keep[0].upper() + keep[1:]]
+    if whole_files and importers:
+        parts += ["", ("Fix the code: for each file you change, reply with its path on one line "
+                       "and then the whole corrected file in one code block.")]
+    else:
+        parts += ["", "Fix the code: reply with the file's path on one line and then the whole "
+                  "corrected file in one code block." if whole_files else "Fix the code."]
+    if importers:
+        parts += ["", "Attached files:", *(f'<file path="{p}">\n{t}\n</file>'
+                                           for p, t in importers.items())]
     return "\n".join(parts)
+
+
+def importer_texts(out: Outcome, ctx: Any) -> dict[str, str]:
+    """The text of each file that imports what a failed check says the edit removed, as a
+    message attaches it (agent/core/attach.py): only files git lists (an ignored or excluded
+    file, such as tests kept out of the agent's view, is never shown), at most
+    `MAX_IMPORTERS` files and `MAX_IMPORTER_CHARS` characters in all."""
+    if out.ok or not out.importers:
+        return {}
+    from .attach import attachment, repo_files
+
+    listed = set(repo_files(ctx))
+    texts: dict[str, str] = {}
+    total = 0
+    for path in out.importers:
+        if path not in listed or len(texts) >= MAX_IMPORTERS:
+            continue
+        text = attachment(Path(ctx.root), path)
+        if text is None or total + len(text) > MAX_IMPORTER_CHARS:
+            continue
+        texts[path] = text
+        total += len(text)
+    return texts
 
 
 LOCATION = re.compile(r'^(?:File "([^"]+)", line (\d+)|([^\s:]+\.py):(\d+):\d+:)', re.M)

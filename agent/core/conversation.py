@@ -612,7 +612,7 @@ class Conversation:
         that gives a failure back to the model, or '' (all passed, or the rounds are spent).
         `rewrote`: the files are a reply's unchanged rewrite, so a failure of any check is one
         the model was already shown."""
-        from .checks import feedback, run_checks
+        from .checks import feedback, importer_texts, run_checks
 
         edited, run.edited = run.edited, []
         if self.cfg.max_fix_rounds <= 0:
@@ -640,7 +640,8 @@ class Conversation:
                 elif back and rewrote:  # a failure the reply was shown and wrote out again
                     yield from self._afresh(run, f"the {out.kind} check still fails")
                 whole = whole_fixes(self.cfg.edit_format, edited, self.root)
-                return feedback(out, self.root, whole) if back else ""
+                return (feedback(out, self.root, whole, importer_texts(out, self.ctx))
+                        if back else "")
         return ""
 
     def _resamples(self) -> bool:
