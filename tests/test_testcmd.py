@@ -217,6 +217,54 @@ def test_a_configured_test_cmd_wins(git_repo):
     assert [e.command for e in events if isinstance(e, CheckRun) and e.kind == "test"] == ["true"]
 
 
+def test_the_test_files_a_message_says_fail(tmp_path):
+    from agent.core.testcmd import said_failing
+
+    _tree(tmp_path, "test_calc.py", "tests/test_more.py", "calc.py", "hidden_test.py")
+    listed = {"test_calc.py", "tests/test_more.py", "calc.py"}  # hidden_test.py: not in git's view
+    said = lambda m: said_failing(m, tmp_path, listed)  # noqa: E731
+    assert said("The test in test_calc.py fails. Find the bug in calc.py and fix it.") == ["test_calc.py"]
+    assert said("Make ./tests/test_more.py pass") == ["tests/test_more.py"]
+    assert said("test_calc.py is broken; tests/test_more.py does not pass!") \
+        == ["test_calc.py", "tests/test_more.py"]
+    assert said("Add a test to test_calc.py. Then fix calc.py.") == []  # no sentence says it fails
+    assert said("calc.py fails") == []  # not a test file
+    assert said("hidden_test.py fails") == [] and said("test_gone.py fails") == []
+    assert infer("test_calc.py fails", tmp_path, listed).endswith(" test_calc.py")
+
+
+@needs_bwrap
+def test_a_message_that_says_its_tests_fail_has_them_run_first_and_a_fix_asked_for(git_repo):
+    """Tests the message says fail are run before the first reply and shown with it; a reply
+    that explains the fix without writing it is asked once for the fix; the fix is tested."""
+    _failing_repo(git_repo)
+    model = ScriptedModel(["The bug: add takes abs of both numbers.", RIGHT, "Fixed."])
+    cfg = full_auto(edit_format="whole", max_fix_rounds=2)
+    events = list(conversation(git_repo, model, cfg).send(
+        "The test in calc_test.py fails. Find the bug in calc.py and fix it."))
+    notes = [e.message for e in events if isinstance(e, Warning)]
+    assert any("says its tests fail" in n and "calc_test.py" in n for n in notes)
+    tests = [e for e in events if isinstance(e, CheckRun) and e.kind == "test"]
+    assert [(t.ok, t.round) for t in tests] == [(False, 0), (True, 2)]
+    first = model.seen[0][-1]["content"]
+    assert first.startswith("The test in calc_test.py fails.")
+    assert "The tests fail now (the agent ran `" in first and "1 failed, 1 passed" in first
+    assert "No file changed, and the tests the message is about still fail" in model.seen[1][-1]["content"]
+    assert "return a + b" in (git_repo / "calc.py").read_text()
+    # tests that pass are run, not shown
+    model = ScriptedModel(["It passes."])
+    events = list(conversation(git_repo, model, cfg).send("Does calc_test.py fail?"))
+    assert [t.ok for t in events if isinstance(t, CheckRun)] == [True]
+    assert "The tests fail now" not in model.seen[0][-1]["content"]
+    # a question about a failure is shown the failure, and not asked for a fix
+    (git_repo / "calc.py").write_text("def add(a, b):\n    return abs(a) + abs(b)\n")
+    subprocess.run(["git", "commit", "-qam", "back"], cwd=git_repo, check=True)
+    model = ScriptedModel(["It takes abs of both numbers."])
+    events = list(conversation(git_repo, model, cfg).send("Why does calc_test.py fail?"))
+    assert len(model.seen) == 1 and "The tests fail now" in model.seen[0][-1]["content"]
+    assert events[-1].stop_reason == "answered"
+
+
 # ---- a fresh reply to a failure report answers the request before it again ----------------
 
 

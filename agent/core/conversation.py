@@ -13,6 +13,7 @@ asking the user is the `Approver`'s business (agent/ui). Nothing here renders.
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from contextlib import nullcontext
@@ -100,6 +101,13 @@ UNCHANGED = ("The code you wrote for {files} is the file exactly as it already i
              "made; if it needs none, say so in one line, without a code block.")
 LOOPED = ("Your reply kept repeating the same text and was stopped. Answer the message again, "
           "with each part of it written once.")
+NO_FIX = ("No file changed, and the tests the message is about still fail (`{cmd}`). Fix the "
+          "code: {how}")
+NO_FIX_HOW = {"whole": "reply with the file's path on one line and then the whole corrected "
+              "file in one code block."}
+TESTS_NOW = "\n\nThe tests fail now (the agent ran `{cmd}`):\n{output}"
+# A message that asks for a fix (not one that asks why something fails).
+ASKS_FIX = re.compile(r"\b(?:fix\w*|repair|correct|resolve|make\b.*\bpass)\b", re.IGNORECASE)
 REPEATED = ("Your code is the same as in your earlier reply, so it changes nothing and would "
             "fail the same way. Find what causes the error the message before it shows, then "
             "reply with the file's path on one line and the corrected code in one code block, "
@@ -133,6 +141,8 @@ class _Run:
     attempts: Attempts = field(default_factory=Attempts)  # its test runs (core/attempts.py)
     fresh: bool = False  # the next reply answers the message afresh (fix_mode "resample")
     test_cmd: str = ""  # the tests run after its edits: test_cmd, or the message's own (core/testcmd.py)
+    tests_fail: bool = False  # its own tests are known to fail (shown, or run before its first reply)
+    told_no_fix: bool = False  # a reply that changed nothing was sent back (once a message)
     request: int = -1  # the index of the message `send` added before this one (-1: none)
     # the files the message before left as they still are (no one changed them since)
     as_left: list[str] = field(default_factory=list)
@@ -215,7 +225,8 @@ class Conversation:
         `text`) is what the agent's commits name as the task, e.g. the message without the
         files attached to it."""
         run = _Run(summary or text, cancel or CancelToken())
-        run.test_cmd = self._test_cmd(text)
+        run.test_cmd, said = self._test_cmd(text)
+        run.tests_fail = bool(run.test_cmd) and run.test_cmd != self.cfg.test_cmd and not said
         left, self._left = self._left, {}
         if self.cfg.fix_mode == "restart" and len(self.messages) == self._left_at:  # (no note since)
             run.as_left = [p for p, c in read_files(self.root, list(left)).items() if c == left[p]]
@@ -224,13 +235,16 @@ class Conversation:
             self._warned = True
             yield Warning(self.git.warning)
         if run.test_cmd and run.test_cmd != self.cfg.test_cmd:
-            yield Warning(f"the message shows failing tests; `{run.test_cmd}` runs after each "
-                          "edit (infer_test_cmd)")
+            what = "says its tests fail" if said else "shows failing tests"
+            yield Warning(f"the message {what}; `{run.test_cmd}` runs after each edit "
+                          "(infer_test_cmd)")
         blocked = yield from self._prompt_hooks(run, text)
         if blocked:
             yield from self._finish(run, "blocked", blocked)
             return
         text = run.task_text or text
+        if said:  # the failures it speaks of, as the tests show them now
+            text += yield from self._tests_now(run)
         if self.cfg.attach_mentioned:
             text, _ = attach_mentions(text, self.ctx, plain=True, listing=self.user_messages == 0)
         self._append({"role": "user", "content": text})
@@ -293,6 +307,10 @@ class Conversation:
             if self.cfg.edit_format in FIX_HOW:
                 return REFUSED_EDIT.format(why="\n".join(refused), how=FIX_HOW[self.cfg.edit_format])
             return REFUSED.format(why="\n".join(refused))
+        no_fix = self._no_fix(run)
+        if no_fix:
+            yield Warning("the reply changed no file and the message's tests fail; asking for the fix")
+            return no_fix
         unchanged, run.unchanged = run.unchanged, []
         # At temperature 0 the 0.5B wrote the same file again after being told (4 of 4 times
         # measured), so this is part of resampling: told once, and a repeat is sampled again.
@@ -329,26 +347,62 @@ class Conversation:
         yield from self._keep_best(run)
         return (yield from self._stop_hooks(run))
 
+    def _tests_now(self, run: _Run) -> Iterator[Event]:
+        """Run the message's tests before its first reply (a message that says they fail and
+        names them); returns what to add to the message: their output when they fail."""
+        from .checks import MAX_FEEDBACK_CHARS, shell
+
+        out = shell("test", run.test_cmd, self.ctx)
+        run.tests_fail = not out.ok
+        yield CheckRun("test", run.test_cmd, out.ok, out.output, 0, not out.ok)
+        if out.ok:
+            return ""
+        text = out.output.strip()
+        if len(text) > MAX_FEEDBACK_CHARS:
+            text = text[: MAX_FEEDBACK_CHARS // 2] + "\n...\n" + text[-MAX_FEEDBACK_CHARS // 2:]
+        return TESTS_NOW.format(cmd=run.test_cmd, output=text)
+
+    def _no_fix(self, run: _Run) -> str:
+        """What a reply that changed no file is sent back with, once a message, when the
+        message asks to fix tests of its own that fail ('' otherwise): a small model often
+        explains the fix and writes nothing."""
+        from .attach import typed_text
+
+        if (run.told_no_fix or not run.tests_fail or run.changed_any or run.edited or run.same
+                or run.unchanged or run.fix_rounds >= self.cfg.max_fix_rounds
+                or not ASKS_FIX.search(typed_text(run.task))):
+            return ""
+        run.told_no_fix = True
+        run.fix_rounds += 1
+        return NO_FIX.format(cmd=run.test_cmd, how=NO_FIX_HOW.get(self.cfg.edit_format,
+                                                                   "edit the files it needs."))
+
     def _tests_judge(self, run: _Run) -> bool:
         """Whether a test command runs after the message's edits (auto_test on)."""
         return self.cfg.auto_test and bool(run.test_cmd)
 
-    def _test_cmd(self, text: str) -> str:
-        """The message's test command: `test_cmd`, else the failing tests `text` shows, where
-        infer_test_cmd is on and the approval policy runs it sandboxed without asking
-        (core/testcmd.py)."""
+    def _test_cmd(self, text: str) -> tuple[str, bool]:
+        """The message's test command: `test_cmd`, else the failing tests `text` shows, else
+        the test files it says fail, where infer_test_cmd is on and the approval policy runs
+        it sandboxed without asking (core/testcmd.py); and whether it came from what the
+        message says (then it is run before the first reply)."""
         if self.cfg.test_cmd or not (self.cfg.auto_test and self.cfg.infer_test_cmd):
-            return self.cfg.test_cmd
+            return self.cfg.test_cmd, False
         if getattr(self.ctx, "sandbox", "off") == "off":
-            return ""
-        from .testcmd import infer
+            return "", False
+        from .attach import repo_files, typed_text
+        from .testcmd import infer, says_failing
 
+        said = False
         cmd = infer(text, Path(self.root))
+        typed = typed_text(text)
+        if not cmd and says_failing(typed):
+            cmd, said = infer(typed, Path(self.root), set(repo_files(self.ctx))), True
         # only a command the approval policy runs, sandboxed, without asking (full-auto)
         if not cmd or decide(self.cfg.approval_mode, "shell", "run_shell", {"command": cmd},
                              Path(self.root)).ask:
-            return ""
-        return cmd
+            return "", False
+        return cmd, said
 
     def _test_as_answer(self, run: _Run) -> bool:
         """Whether files a reply wrote out unchanged are checked as an edit would be: with a

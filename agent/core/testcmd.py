@@ -7,7 +7,10 @@ repository (pytest's `FAILED file.py::test` / `ERROR file.py` lines and its coll
 unittest's `FAIL: test (module.Class...)` lines, a traceback's lines in test files), those
 files are that message's test command (`python -m pytest -q --tb=short <files>`, where a
 Python on PATH has pytest; test files by pytest's default names, `test_*.py` / `*_test.py`),
-and the lint-and-test loop (core/checks.py) runs it after each edit.
+and the lint-and-test loop (core/checks.py) runs it after each edit. A message that says in
+its own words that test files of the repository fail ("The test in test_ranges.py fails. Fix
+ranges.py.") gets those files the same way (`said_failing`: only files git lists); the
+conversation then runs them before the first reply and shows their failures with the message.
 
 The command is built here from paths that exist inside the repository, never from the
 message's text itself, and it runs only where run_shell would run it sandboxed without asking
@@ -23,6 +26,7 @@ import shutil
 import subprocess
 from functools import lru_cache
 from pathlib import Path
+from typing import Collection
 
 from tools._paths import PathError, confine
 
@@ -41,6 +45,12 @@ _TEST_FILE = re.compile(r"(?:^|/)(?:test_[^/]*|[^/]*_tests?|tests?)\.py$")
 # unittest: "FAIL: test_x (pkg.mod_test.Cls.test_x)", "ERROR: test_x (mod_test.Cls)".
 _UNITTEST = re.compile(r"^(?:FAIL|ERROR): \w+ \((?P<dotted>[\w.]+)\)", re.M)
 MAX_FILES = 20
+# A sentence that says tests fail: "the test in test_x.py fails", "tests/test_y.py is broken",
+# "make test_z.py pass", "test_z.py does not pass".
+_SAYS_FAILING = re.compile(r"\bfail\w*|\bbroken\b|\b(?:do(?:es)?n[o']?t|not|never)\s+pass\b"
+                           r"|\bmake\b.*\bpass\b", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n")  # not the dot of a file name
+_PATH_WORD = re.compile(r"[\w./-]+\.py\b")
 MAX_COMMAND_CHARS = 2000  # run_shell's limit on a command
 PYTEST_ARGS = "-q --tb=short -p no:cacheprovider"
 
@@ -65,6 +75,26 @@ def failing_test_files(message: str, root: Path) -> list[str]:
     files = [f for f in dict.fromkeys(f for _, f in sorted(found))
              if f and _TEST_FILE.search(f) and _inside(root, f)]
     return files[:MAX_FILES]
+
+
+def says_failing(message: str) -> bool:
+    """Whether a sentence of `message` says something fails (cheap; before listing files)."""
+    return bool(_SAYS_FAILING.search(message))
+
+
+def said_failing(message: str, root: Path, listed: Collection[str] = ()) -> list[str]:
+    """The test files that `message` says fail, in a sentence of its own words ("The test in
+    test_ranges.py fails. Fix ranges.py."): paths among `listed` (the files git lists, so
+    never one kept out of the agent's view), test files by pytest's default names."""
+    found: list[str] = []
+    for sentence in _SENTENCE_END.split(message):
+        if not _SAYS_FAILING.search(sentence):
+            continue
+        for w in _PATH_WORD.finditer(sentence):
+            path = w.group(0).removeprefix("./")
+            if path in listed and _TEST_FILE.search(path) and _inside(root, path):
+                found.append(path)
+    return list(dict.fromkeys(found))[:MAX_FILES]
 
 
 def _relative(root: Path, path: str) -> str:
@@ -117,11 +147,13 @@ def _python_with_pytest(root: str) -> str:
     return ""
 
 
-def infer(message: str, root: Path) -> str:
-    """The command that runs again the failing tests `message` shows, or '' (none named,
-    none of them a file here, or no Python on PATH with pytest: unittest would report a
-    pytest-style test file as "Ran 0 tests ... OK")."""
-    files = failing_test_files(message, root)
+def infer(message: str, root: Path, listed: Collection[str] | None = None) -> str:
+    """The command that runs again the failing tests `message` shows (with `listed`, the
+    repository's files: the test files among them it says fail, `said_failing`), or '' (none
+    named, none of them a file here, or no Python on PATH with pytest: unittest would report
+    a pytest-style test file as "Ran 0 tests ... OK")."""
+    files = (failing_test_files(message, root) if listed is None
+             else said_failing(message, root, listed))
     if not files:
         return ""
     py = _python_with_pytest(str(root))

@@ -50,7 +50,8 @@ def check_line(ev: CheckRun) -> str:
     """One line for a check of the agent's edits (the -p renderer, the REPL)."""
     if ev.ok:
         return f"check {ev.kind}: ok ({_short(ev.command, 80)})"
-    then = "sent back to the model" if ev.fed_back else "fix rounds spent"
+    then = ("shown to the model with the message" if ev.round == 0 else
+            "sent back to the model" if ev.fed_back else "fix rounds spent")
     return f"check {ev.kind}: FAILED ({_short(ev.command, 80)}), {then}: {_short(ev.output, 160)}"
 
 
