@@ -306,3 +306,57 @@ def test_the_stubs_check_spares_what_the_message_did_not_ask_for(tmp_path):
     assert stubs(["s.py"], tmp_path, "add stubs for the Account methods").ok
     assert stubs(["s.py"], tmp_path, "Write an Account class; don't implement it yet").ok
     assert stubs(["s.py"], tmp_path, "give Account an open method that does nothing").ok
+
+
+def test_the_names_a_message_asks_to_create():
+    from agent.core.asked import requested
+
+    assert requested("Add a --shout flag to hello.py: when it is given, print it in upper case.") \
+        == ["--shout"]
+    assert requested('Add a parameter greeting with the default "Hello" to the function greet') \
+        == ["greeting", "greet"]
+    assert requested("Create test_s.py with a test function test_shout that checks shout.") \
+        == ["test_shout"]
+    assert requested("Rename the function area to rect_area in shapes.py.") == ["area", "rect_area"]
+    assert requested("Add a keyword argument named timeout to fetch") == ["timeout"]
+    # no verb of creation, or no name: nothing is asked for
+    assert requested("The function area is slow; the --verbose flag prints too much.") == []
+    assert requested("Write a function that sorts a list.") == []
+
+
+def test_names_the_repository_already_has_are_not_asked_for(tmp_path):
+    from agent.core.asked import asked_names, missing_asked
+
+    (tmp_path / "greet.py").write_text("def greet(name):\n    return 'Hello, ' + name\n")
+    asked = asked_names('Add a parameter greeting to the function greet', tmp_path, ["greet.py"])
+    assert asked == ["greeting"]
+    assert missing_asked(asked, ["greet.py"], tmp_path) == ["greeting"]
+    (tmp_path / "greet.py").write_text("def greet(name, greeting='Hello'):\n    return greeting\n")
+    assert missing_asked(asked, ["greet.py"], tmp_path) == []
+    # a flag is matched whole: --shouting is not --shout
+    (tmp_path / "cli.py").write_text("p.add_argument('--shouting')\n")
+    assert missing_asked(["--shout"], ["cli.py"], tmp_path) == ["--shout"]
+
+
+def test_an_edit_without_the_flag_the_message_asks_for_goes_back(git_repo):
+    import subprocess
+
+    (git_repo / "hello.py").write_text("print('hello')\n")
+    subprocess.run(["git", "add", "hello.py"], cwd=git_repo, check=True)
+    upper = "hello.py\n```python\nprint('HELLO')\n```\n"
+    flag = ("hello.py\n```python\nimport sys\n\nmsg = 'hello'\n"
+            "print(msg.upper() if '--shout' in sys.argv else msg)\n```\n")
+    model = ScriptedModel([upper, flag])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    checks, result = _run(conv, "Add a --shout flag to hello.py that prints it in upper case.")
+    assert [(c.kind, c.ok, c.round) for c in checks if c.kind == "asked"] == [("asked", False, 1)]
+    fed = model.seen[1][-1]["content"]
+    assert "does not have what the message asks for" in fed
+    assert "`--shout`: the message asks for it, and none of the files you changed (hello.py)" in fed
+    assert result.stop_reason == "answered" and "--shout" in (git_repo / "hello.py").read_text()
+    # with the loop off nothing is asked
+    model = ScriptedModel([upper])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off",
+                                                   max_fix_rounds=0))
+    list(conv.send("Add a --loud flag to hello.py."))
+    assert len(model.seen) == 1

@@ -143,6 +143,7 @@ class _Run:
     test_cmd: str = ""  # the tests run after its edits: test_cmd, or the message's own (core/testcmd.py)
     tests_fail: bool = False  # its own tests are known to fail (shown, or run before its first reply)
     told_no_fix: bool = False  # a reply that changed nothing was sent back (once a message)
+    asked: list[str] = field(default_factory=list)  # names it asks to create (core/asked.py)
     request: int = -1  # the index of the message `send` added before this one (-1: none)
     # the files the message before left as they still are (no one changed them since)
     as_left: list[str] = field(default_factory=list)
@@ -243,6 +244,10 @@ class Conversation:
             yield from self._finish(run, "blocked", blocked)
             return
         text = run.task_text or text
+        if self.cfg.auto_lint and self.cfg.max_fix_rounds > 0:
+            from .asked import message_names
+
+            run.asked = message_names(text, self.ctx)
         if said:  # the failures it speaks of, as the tests show them now
             text += yield from self._tests_now(run)
         if self.cfg.attach_mentioned:
@@ -671,7 +676,8 @@ class Conversation:
         edited, run.edited = run.edited, []
         if self.cfg.max_fix_rounds <= 0:
             return ""
-        for out in run_checks(self.cfg, edited, self.ctx, run.task, run.test_cmd):
+        for out in run_checks(self.cfg, edited, self.ctx, run.task, run.test_cmd,
+                              (run.asked, run.touched)):
             back = not out.ok and run.fix_rounds < self.cfg.max_fix_rounds
             shown = out.output + (f"\n{out.missing}" if out.missing else "")
             yield CheckRun(out.kind, out.command, out.ok, shown, run.fix_rounds + 1, back)
@@ -693,6 +699,8 @@ class Conversation:
                     yield from self._afresh(run, score.describe())
                 elif back and rewrote:  # a failure the reply was shown and wrote out again
                     yield from self._afresh(run, f"the {out.kind} check still fails")
+                elif back and out.kind == "asked":  # (at greedy the model writes it again)
+                    yield from self._afresh(run, "the reply lacks names the message asks for")
                 whole = whole_fixes(self.cfg.edit_format, edited, self.root)
                 return (feedback(out, self.root, whole, importer_texts(out, self.ctx))
                         if back else "")
