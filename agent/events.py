@@ -255,10 +255,10 @@ class AgentResult(Event):
 @dataclass(frozen=True)
 class CheckRun(Event):
     """A check of the agent's edits ran (agent/core/checks.py): `kind` is syntax, ruff, names,
-    stubs, asked, lint or test; `round` counts the fix rounds of this message (1 = the check
-    after the first edit; 0 = the tests a message says fail, run before its first reply and
-    shown with it); `fed_back`: the failure went back to the model (False once the rounds are
-    spent)."""
+    stubs, lint or test; `round` counts the fix rounds of this message (1 = the check after
+    the first edit; 0 = the tests a message says fail, run before its first reply and shown
+    with it); `fed_back`: the failure went back to the model (False once the rounds are
+    spent, and for round 0)."""
 
     kind: str
     command: str

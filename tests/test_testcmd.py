@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from scripted import ScriptedModel, conversation, full_auto, git_repo  # noqa: F401
+from scripted import ScriptedModel, call, conversation, full_auto, git_repo  # noqa: F401
 
 from agent.core import testcmd
 from agent.core.testcmd import failing_test_files, infer
@@ -230,6 +230,10 @@ def test_the_test_files_a_message_says_fail(tmp_path):
     assert said("Add a test to test_calc.py. Then fix calc.py.") == []  # no sentence says it fails
     assert said("calc.py fails") == []  # not a test file
     assert said("hidden_test.py fails") == [] and said("test_gone.py fails") == []
+    # the file must be what fails, not negated, not a failing test asked for
+    assert said("test_calc.py no longer fails") == said("test_calc.py never fails") == []
+    assert said("Write a failing test in test_calc.py.") == []
+    assert said("Add a test to test_calc.py for the failure case") == []
     assert infer("test_calc.py fails", tmp_path, listed).endswith(" test_calc.py")
 
 
@@ -245,10 +249,14 @@ def test_a_message_that_says_its_tests_fail_has_them_run_first_and_a_fix_asked_f
     notes = [e.message for e in events if isinstance(e, Warning)]
     assert any("says its tests fail" in n and "calc_test.py" in n for n in notes)
     tests = [e for e in events if isinstance(e, CheckRun) and e.kind == "test"]
-    assert [(t.ok, t.round) for t in tests] == [(False, 0), (True, 2)]
+    # run first (shown, not fed back), again before the model is asked for the fix, after it
+    assert [(t.ok, t.round, t.fed_back) for t in tests] == [(False, 0, False), (False, 1, True),
+                                                            (True, 2, False)]
     first = model.seen[0][-1]["content"]
     assert first.startswith("The test in calc_test.py fails.")
     assert "The tests fail now (the agent ran `" in first and "1 failed, 1 passed" in first
+    from agent.core.attach import typed_text
+    assert typed_text(first) == "The test in calc_test.py fails. Find the bug in calc.py and fix it."
     assert "No file changed, and the tests the message is about still fail" in model.seen[1][-1]["content"]
     assert "return a + b" in (git_repo / "calc.py").read_text()
     # tests that pass are run, not shown
@@ -263,6 +271,29 @@ def test_a_message_that_says_its_tests_fail_has_them_run_first_and_a_fix_asked_f
     events = list(conversation(git_repo, model, cfg).send("Why does calc_test.py fail?"))
     assert len(model.seen) == 1 and "The tests fail now" in model.seen[0][-1]["content"]
     assert events[-1].stop_reason == "answered"
+    # a fix made through the shell (no file edit recorded) is not told it changed nothing
+    model = ScriptedModel([call("run_shell", command="sed -i 's/abs(a) + abs(b)/a + b/' calc.py"),
+                           "Fixed it with sed."])
+    events = list(conversation(git_repo, model, cfg).send("calc_test.py fails: fix calc.py"))
+    assert len(model.seen) == 2 and "return a + b" in (git_repo / "calc.py").read_text()
+    assert [(t.ok, t.round) for t in events if isinstance(t, CheckRun)] == [(False, 0), (True, 1)]
+
+
+def test_tests_the_message_names_but_does_not_say_fail_are_not_run(git_repo):
+    """A failing test asked for, a test file that no longer fails, a test file kept out of
+    git's view: nothing is run before the reply."""
+    _failing_repo(git_repo)
+    (git_repo / "hidden_test.py").write_text("def test_x():\n    assert False\n")
+    (git_repo / ".git" / "info" / "exclude").write_text("/hidden_test.py\n")
+    cfg = full_auto(edit_format="whole", max_fix_rounds=2)
+    for text in ("Write a failing test in calc_test.py for zero; do not change calc.py yet.",
+                 "calc_test.py no longer fails, thanks. Add a docstring to calc.py.",
+                 "hidden_test.py fails. Fix calc.py."):
+        model = ScriptedModel(["Done."])
+        events = list(conversation(git_repo, model, cfg).send(text))
+        assert not [e for e in events if isinstance(e, CheckRun)], text
+        assert "The tests fail now" not in model.seen[0][-1]["content"]
+        assert "assert False" not in str(model.seen)  # the hidden file's text is never shown
 
 
 # ---- a fresh reply to a failure report answers the request before it again ----------------

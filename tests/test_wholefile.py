@@ -200,3 +200,21 @@ def test_names_are_not_looked_up_in_the_files_the_message_names(git_repo):
 ])
 def test_prose_is_the_text_outside_code_blocks_and_their_path_lines(reply, want):
     assert prose(reply) == want
+
+
+def test_a_word_called_a_function_is_looked_up_only_where_a_file_defines_it(git_repo):
+    """"Rename the function area" attaches main.py, which uses it (shapes.py defines it);
+    "the function returns ..." looks up nothing, since no file defines `returns`."""
+    (git_repo / "shapes.py").write_text("def area(w, h):\n    return w * h\n")
+    (git_repo / "main.py").write_text("from shapes import area\n\nprint(area(2, 3))\n")
+    (git_repo / "log.py").write_text("print('the function returns')\n")
+    subprocess.run(["git", "add", "-A"], cwd=git_repo, check=True)
+    model = ScriptedModel(["ok", "ok"])
+    conv = conversation(git_repo, model, full_auto(attach_mentioned=True))
+    list(conv.send("Rename the function area to rect_area in shapes.py."))
+    msg = model.seen[0][-1]["content"]
+    assert "main.py:1: from shapes import area" in msg and '<file path="main.py">' in msg
+    conv = conversation(git_repo, model, full_auto(attach_mentioned=True))
+    list(conv.send("In calc.py the function returns a wrong sign: fix it."))
+    msg = model.seen[1][-1]["content"]
+    assert "Where the names in the message occur" not in msg and '<file path="log.py">' not in msg

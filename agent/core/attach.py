@@ -54,7 +54,8 @@ MAX_SCANNED = 400  # files searched for them
 MAX_HITS = 24  # lines shown
 # What the agent adds after the text a person typed, in this order.
 ADDED = ("\n\nFiles in the repository:", "\n\nRepository map (",
-         "\n\nWhere the names in the message occur:", "\n\nAttached files:")
+         "\n\nWhere the names in the message occur:", "\n\nAttached files:",
+         "\n\nThe tests fail now (the agent ran `")  # (the last: core/conversation.py TESTS_NOW)
 
 
 def repo_files(ctx: Any) -> list[str]:
@@ -83,7 +84,14 @@ def attach_mentions(text: str, ctx: Any, plain: bool = False,
         named = _named(text, files, known)
         # Names are looked up in the files the message does not name (those come whole).
         others = [f for f in files if f not in named and f not in wanted]
-        hits, found = symbol_hits(ctx.root, others, symbols(text))
+        names = symbols(text)
+        # A plain word the text calls a function, class, ... is looked up only where a file
+        # defines it ("the function area"; not "the function returns", "constant time").
+        plain = {w for _, w in _kinded(text)} - set(_shaped(text))
+        if plain & set(names):
+            known_defs = defined_somewhere(ctx.root, files, plain & set(names))
+            names = [n for n in names if n not in plain or n in known_defs]
+        hits, found = symbol_hits(ctx.root, others, names)
         wanted += list(dict.fromkeys(named + list(found)))[:MAX_MENTIONED]
         if hits:
             preface.append(ADDED[2].strip() + "\n" + "\n".join(hits))
@@ -148,6 +156,12 @@ def symbols(text: str) -> list[str]:
     (snake_case, CamelCase, CONSTANT_CASE) and words the text calls a function, method,
     class, variable, constant, attribute, field, parameter, argument or property ("the
     function area"); file names are not among them."""
+    found = _shaped_at(text) + _kinded(text)
+    return list(dict.fromkeys(w for _, w in sorted(found)))[:MAX_SYMBOLS]
+
+
+def _shaped_at(text: str) -> list[tuple[int, str]]:
+    """(position, word) of each word in backticks or shaped like an identifier."""
     found: list[tuple[int, str]] = []
     for m in IDENT.finditer(text):
         word = m.group(1) or m.group(2)
@@ -157,11 +171,36 @@ def symbols(text: str) -> list[str]:
         mixed = any(c.isupper() for c in inner[1:]) and any(c.islower() for c in inner)
         if m.group(1) or "_" in inner or mixed or (inner.isupper() and len(inner) >= 3):
             found.append((m.start(), word))
-    for m in KIND.finditer(text):
-        word = m.group(1)
-        if len(word) >= 3 and word.lower() not in NOT_NAMES:
-            found.append((m.start(1), word))
-    return list(dict.fromkeys(w for _, w in sorted(found)))[:MAX_SYMBOLS]
+    return found
+
+
+def _shaped(text: str) -> list[str]:
+    return [w for _, w in _shaped_at(text)]
+
+
+def _kinded(text: str) -> list[tuple[int, str]]:
+    """(position, word) of each word `text` calls a function, class, ... ("the function area")."""
+    return [(m.start(1), m.group(1)) for m in KIND.finditer(text)
+            if len(m.group(1)) >= 3 and m.group(1).lower() not in NOT_NAMES]
+
+
+def defined_somewhere(root: Path, files: list[str], names: set[str]) -> set[str]:
+    """The `names` that one of the repository's `files` defines (a def, a class, an assignment
+    at the start of a line), looked for in at most MAX_SCANNED files."""
+    if not names:
+        return set()
+    alt = "|".join(map(re.escape, sorted(names)))
+    pattern = re.compile(rf"^[ \t]*(?:(?:async[ \t]+)?def|class)[ \t]+({alt})\b"
+                         rf"|^[ \t]*({alt})[ \t]*(?::[^=\n]*)?=(?!=)", re.M)
+    out: set[str] = set()
+    for path in files[:MAX_SCANNED]:
+        content = attachment(root, path)
+        if content is None:
+            continue
+        out.update(a or b for a, b in pattern.findall(content))
+        if out >= names:
+            break
+    return out
 
 
 def symbol_hits(root: Path, files: list[str], names: list[str]) -> tuple[list[str], dict[str, str]]:

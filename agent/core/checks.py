@@ -10,8 +10,6 @@ check, the conversation runs, in order:
 - `stubs`: functions an edited file leaves without a body (only `pass`, `...` or `raise
   NotImplementedError`): every function of the file, or one the message names, unless the
   message asks for stubs (nothing runs);
-- `asked`: names the message asks to create (a `--flag`, "a parameter greeting", a rename's
-  new name; core/asked.py) that none of the files the message changed contains (nothing runs);
 - `lint`: the configured `lint_cmd`, with the edited files appended;
 - `test`: the configured `test_cmd`, or the one a message implies (core/testcmd.py).
 The last two run through the `run_shell` tool (the sandbox and its time limit apply). The
@@ -37,7 +35,7 @@ MAX_IMPORTERS, MAX_IMPORTER_CHARS = 4, 20_000  # files a names failure attaches
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: str  # syntax | ruff | names | stubs | asked | lint | test
+    kind: str  # syntax | ruff | names | stubs | lint | test
     command: str
     ok: bool
     output: str
@@ -201,24 +199,11 @@ def shell(kind: str, command: str, ctx: Any) -> Outcome:
     return Outcome(kind, command, r.ok, r.output)  # ok: exit code 0
 
 
-def asked(names: list[str], paths: list[str], root: Path) -> Outcome:
-    """The names the message asks for (core/asked.py) that none of the files it changed has."""
-    from .asked import missing_asked
-
-    gone = missing_asked(names, paths, root)
-    shown = "names the message asks for in " + " ".join(paths)
-    where = ", ".join(paths)
-    return Outcome("asked", shown, not gone, "\n".join(
-        f"`{n}`: the message asks for it, and none of the files you changed ({where}) has it"
-        for n in gone))
-
-
 def run_checks(cfg: Any, edited: list[str], ctx: Any, message: str = "",
-               test_cmd: str | None = None, wanted: tuple[list[str], list[str]] = ([], [])):
+               test_cmd: str | None = None):
     """The checks for the files `edited`, in order, stopping at the first failure (a
     generator of Outcomes); `message`: the user's message the edits answer; `test_cmd`: the
-    message's test command (default: the configured one); `wanted`: the names the message
-    asks for and every file it changed so far (the `asked` check)."""
+    message's test command (default: the configured one)."""
     test_cmd = cfg.test_cmd if test_cmd is None else test_cmd
     root = Path(ctx.root)
     py = python_files(edited, root)
@@ -240,12 +225,6 @@ def run_checks(cfg: Any, edited: list[str], ctx: Any, message: str = "",
             yield out
             return
         out = stubs(py, root, message)
-        if not out.ok:  # (shown only when it fails)
-            yield out
-            return
-    names_wanted, changed = wanted
-    if cfg.auto_lint and names_wanted and changed:
-        out = asked(names_wanted, [p for p in dict.fromkeys(changed) if (root / p).is_file()], root)
         if not out.ok:  # (shown only when it fails)
             yield out
             return
@@ -280,7 +259,6 @@ def feedback(out: Outcome, root: Path | None = None, whole_files: bool = False,
             "ruff": "The linter found errors in the code you wrote",
             "names": "Other files import names your edit removed",
             "stubs": "The code you wrote leaves functions unimplemented",
-            "asked": "The code you wrote does not have what the message asks for",
             "lint": "The lint command failed", "test": "The tests failed"}[out.kind]
     parts = [f"{what} (`{out.command}`):", text]
     named = _named_lines(text, root) if root is not None and out.kind in ("syntax", "ruff") else ""
@@ -290,8 +268,6 @@ def feedback(out: Outcome, root: Path | None = None, whole_files: bool = False,
         parts += ["", "Other files import names your edit removed:", out.missing]
     if out.kind == "stubs":
         parts += ["", "Write the code that each of them needs to do what the message asks."]
-    if out.kind == "asked":
-        parts += ["", "Write the code the message asks for, with the names it gives."]
     keep = ("keep every function, class and constant that other files import, defined at the "
             "top level of the module (not inside a class or a function).")
     if (out.kind == "names" or out.missing) and importers:

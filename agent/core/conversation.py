@@ -41,7 +41,7 @@ from .budget import Budget
 from .snapshots import SnapshotError, SnapshotStore
 from .callformat import ParsedCall, format_result, parse_calls, strip_calls
 from .preview import approval_request, scope_keys
-from .attach import ATTACHED, attach_mentions
+from .attach import ADDED, ATTACHED, attach_mentions
 from .prompt import system_prompt
 from .resample import at_temperature, can_resample
 from .searchreplace import FIX_HOW, apply_edits, is_edit_fence, parse_edits, whole_fixes, whole_verdict
@@ -105,9 +105,12 @@ NO_FIX = ("No file changed, and the tests the message is about still fail (`{cmd
           "code: {how}")
 NO_FIX_HOW = {"whole": "reply with the file's path on one line and then the whole corrected "
               "file in one code block."}
-TESTS_NOW = "\n\nThe tests fail now (the agent ran `{cmd}`):\n{output}"
-# A message that asks for a fix (not one that asks why something fails).
-ASKS_FIX = re.compile(r"\b(?:fix\w*|repair|correct|resolve|make\b.*\bpass)\b", re.IGNORECASE)
+TESTS_NOW = ADDED[4] + "{cmd}`):\n{output}"
+# A message that asks for a fix: "fix" or "repair" as a word, in a sentence that is not a
+# question ("Why does it fail? Is the fixture right?" asks for none).
+ASKS_FIX = re.compile(r"\b(?:fix|repair)\b", re.IGNORECASE)
+_SENTENCES = re.compile(r"(?:[^.!?\n]|[.!?](?=[^\s.!?]))*(?:[.!?]+|\n|$)")  # (not a file name's dot)
+_MAKE, _PASS = re.compile(r"\bmake\b", re.IGNORECASE), re.compile(r"\bpass\b", re.IGNORECASE)
 REPEATED = ("Your code is the same as in your earlier reply, so it changes nothing and would "
             "fail the same way. Find what causes the error the message before it shows, then "
             "reply with the file's path on one line and the corrected code in one code block, "
@@ -143,7 +146,6 @@ class _Run:
     test_cmd: str = ""  # the tests run after its edits: test_cmd, or the message's own (core/testcmd.py)
     tests_fail: bool = False  # its own tests are known to fail (shown, or run before its first reply)
     told_no_fix: bool = False  # a reply that changed nothing was sent back (once a message)
-    asked: list[str] = field(default_factory=list)  # names it asks to create (core/asked.py)
     request: int = -1  # the index of the message `send` added before this one (-1: none)
     # the files the message before left as they still are (no one changed them since)
     as_left: list[str] = field(default_factory=list)
@@ -244,10 +246,6 @@ class Conversation:
             yield from self._finish(run, "blocked", blocked)
             return
         text = run.task_text or text
-        if self.cfg.auto_lint and self.cfg.max_fix_rounds > 0:
-            from .asked import message_names
-
-            run.asked = message_names(text, self.ctx)
         if said:  # the failures it speaks of, as the tests show them now
             text += yield from self._tests_now(run)
         if self.cfg.attach_mentioned:
@@ -312,9 +310,8 @@ class Conversation:
             if self.cfg.edit_format in FIX_HOW:
                 return REFUSED_EDIT.format(why="\n".join(refused), how=FIX_HOW[self.cfg.edit_format])
             return REFUSED.format(why="\n".join(refused))
-        no_fix = self._no_fix(run)
+        no_fix = yield from self._no_fix(run)
         if no_fix:
-            yield Warning("the reply changed no file and the message's tests fail; asking for the fix")
             return no_fix
         unchanged, run.unchanged = run.unchanged, []
         # At temperature 0 the 0.5B wrote the same file again after being told (4 of 4 times
@@ -359,7 +356,7 @@ class Conversation:
 
         out = shell("test", run.test_cmd, self.ctx)
         run.tests_fail = not out.ok
-        yield CheckRun("test", run.test_cmd, out.ok, out.output, 0, not out.ok)
+        yield CheckRun("test", run.test_cmd, out.ok, out.output, 0, False)
         if out.ok:
             return ""
         text = out.output.strip()
@@ -367,18 +364,25 @@ class Conversation:
             text = text[: MAX_FEEDBACK_CHARS // 2] + "\n...\n" + text[-MAX_FEEDBACK_CHARS // 2:]
         return TESTS_NOW.format(cmd=run.test_cmd, output=text)
 
-    def _no_fix(self, run: _Run) -> str:
+    def _no_fix(self, run: _Run) -> Iterator[Event]:
         """What a reply that changed no file is sent back with, once a message, when the
-        message asks to fix tests of its own that fail ('' otherwise): a small model often
-        explains the fix and writes nothing."""
+        message asks to fix tests of its own that fail and they still fail when run again
+        ('' otherwise; a fix made through the shell shows as passing tests): a small model
+        often explains the fix and writes nothing."""
         from .attach import typed_text
+        from .checks import shell
 
         if (run.told_no_fix or not run.tests_fail or run.changed_any or run.edited or run.same
                 or run.unchanged or run.fix_rounds >= self.cfg.max_fix_rounds
-                or not ASKS_FIX.search(typed_text(run.task))):
+                or not asks_fix(typed_text(run.task))):
             return ""
         run.told_no_fix = True
+        out = shell("test", run.test_cmd, self.ctx)
+        yield CheckRun("test", run.test_cmd, out.ok, out.output, run.fix_rounds + 1, not out.ok)
+        if out.ok:
+            return ""
         run.fix_rounds += 1
+        yield Warning("the reply changed no file and the message's tests still fail; asking for the fix")
         return NO_FIX.format(cmd=run.test_cmd, how=NO_FIX_HOW.get(self.cfg.edit_format,
                                                                    "edit the files it needs."))
 
@@ -676,8 +680,7 @@ class Conversation:
         edited, run.edited = run.edited, []
         if self.cfg.max_fix_rounds <= 0:
             return ""
-        for out in run_checks(self.cfg, edited, self.ctx, run.task, run.test_cmd,
-                              (run.asked, run.touched)):
+        for out in run_checks(self.cfg, edited, self.ctx, run.task, run.test_cmd):
             back = not out.ok and run.fix_rounds < self.cfg.max_fix_rounds
             shown = out.output + (f"\n{out.missing}" if out.missing else "")
             yield CheckRun(out.kind, out.command, out.ok, shown, run.fix_rounds + 1, back)
@@ -699,8 +702,6 @@ class Conversation:
                     yield from self._afresh(run, score.describe())
                 elif back and rewrote:  # a failure the reply was shown and wrote out again
                     yield from self._afresh(run, f"the {out.kind} check still fails")
-                elif back and out.kind == "asked":  # (at greedy the model writes it again)
-                    yield from self._afresh(run, "the reply lacks names the message asks for")
                 whole = whole_fixes(self.cfg.edit_format, edited, self.root)
                 return (feedback(out, self.root, whole, importer_texts(out, self.ctx))
                         if back else "")
@@ -818,6 +819,18 @@ class Conversation:
         yield RunStopped(reason, run.turn)
         yield AgentResult(reason in ERROR_STOPS, run.last_text, run.turn, run.usage.as_dict(),
                           error, stop_reason=reason)
+
+
+def asks_fix(text: str) -> bool:
+    """Whether `text` asks for a fix: "fix" or "repair", or "make ... pass", in a sentence
+    that is not a question."""
+    for m in _SENTENCES.finditer(text[:20_000]):
+        sentence = m.group(0)
+        if not sentence.strip() or sentence.rstrip().endswith("?"):
+            continue
+        if ASKS_FIX.search(sentence) or (_MAKE.search(sentence) and _PASS.search(sentence)):
+            return True
+    return False
 
 
 def new_id() -> str:

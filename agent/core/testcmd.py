@@ -45,12 +45,18 @@ _TEST_FILE = re.compile(r"(?:^|/)(?:test_[^/]*|[^/]*_tests?|tests?)\.py$")
 # unittest: "FAIL: test_x (pkg.mod_test.Cls.test_x)", "ERROR: test_x (mod_test.Cls)".
 _UNITTEST = re.compile(r"^(?:FAIL|ERROR): \w+ \((?P<dotted>[\w.]+)\)", re.M)
 MAX_FILES = 20
-# A sentence that says tests fail: "the test in test_x.py fails", "tests/test_y.py is broken",
-# "make test_z.py pass", "test_z.py does not pass".
-_SAYS_FAILING = re.compile(r"\bfail\w*|\bbroken\b|\b(?:do(?:es)?n[o']?t|not|never)\s+pass\b"
-                           r"|\bmake\b.*\bpass\b", re.IGNORECASE)
+# A test file named as what fails: "test_x.py fails", "the test in test_x.py is failing",
+# "tests/test_y.py is broken", "test_z.py does not pass", "make test_z.py pass". The verb must
+# follow the file, not negated ("no longer fails", "a failing test in test_x.py" do not count).
+_FAILS_AFTER = re.compile(r"^([^.!?;:]{0,40}?)\b(?:fails?|failed|(?:is|are)\s+(?:failing|broken)|"
+                          r"(?:do(?:es)?n[o']?t|do(?:es)?\s+not)\s+pass)\b", re.IGNORECASE)
+_NEGATED = re.compile(r"\b(?:no\s+longer|never|not)\b|n't\b", re.IGNORECASE)
+_MAKE_PASS = re.compile(r"\bmake\s+(?:the\s+tests?\s+in\s+)?$", re.IGNORECASE)
+_PASS_AFTER = re.compile(r"^\s+pass\b", re.IGNORECASE)
+_FAIL_WORD = re.compile(r"fail|broken|pass", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n")  # not the dot of a file name
-_PATH_WORD = re.compile(r"[\w./-]+\.py\b")
+_TOKEN = re.compile(r"[\w./-]+")
+MAX_SAID_CHARS = 20_000  # the typed text looked at (longer text is a paste, not a sentence)
 MAX_COMMAND_CHARS = 2000  # run_shell's limit on a command
 PYTEST_ARGS = "-q --tb=short -p no:cacheprovider"
 
@@ -78,21 +84,29 @@ def failing_test_files(message: str, root: Path) -> list[str]:
 
 
 def says_failing(message: str) -> bool:
-    """Whether a sentence of `message` says something fails (cheap; before listing files)."""
-    return bool(_SAYS_FAILING.search(message))
+    """Whether `message` may say that a test file fails (cheap; before listing files)."""
+    return bool(_FAIL_WORD.search(message[:MAX_SAID_CHARS]))
 
 
 def said_failing(message: str, root: Path, listed: Collection[str] = ()) -> list[str]:
     """The test files that `message` says fail, in a sentence of its own words ("The test in
-    test_ranges.py fails. Fix ranges.py."): paths among `listed` (the files git lists, so
-    never one kept out of the agent's view), test files by pytest's default names."""
+    test_ranges.py fails. Fix ranges.py."): the file first, then what it does (fails, is
+    failing, is broken, does not pass), or "make FILE pass"; paths among `listed` (the files
+    git lists, so never one kept out of the agent's view), test files by pytest's default
+    names. Looks at the first MAX_SAID_CHARS characters, in time linear in them."""
     found: list[str] = []
-    for sentence in _SENTENCE_END.split(message):
-        if not _SAYS_FAILING.search(sentence):
+    for sentence in _SENTENCE_END.split(message[:MAX_SAID_CHARS]):
+        if not _FAIL_WORD.search(sentence):
             continue
-        for w in _PATH_WORD.finditer(sentence):
-            path = w.group(0).removeprefix("./")
-            if path in listed and _TEST_FILE.search(path) and _inside(root, path):
+        for w in _TOKEN.finditer(sentence):
+            path = w.group(0).rstrip(".").removeprefix("./")
+            if not path.endswith(".py") or path not in listed or not _TEST_FILE.search(path):
+                continue
+            before, after = sentence[max(0, w.start() - 40): w.start()], sentence[w.end():]
+            verb = _FAILS_AFTER.search(after[:80])  # (its group: the words between)
+            said = ((verb is not None and not _NEGATED.search(verb.group(1)))
+                    or (_MAKE_PASS.search(before) is not None and _PASS_AFTER.search(after)))
+            if said and _inside(root, path):
                 found.append(path)
     return list(dict.fromkeys(found))[:MAX_FILES]
 
