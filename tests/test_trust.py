@@ -14,13 +14,12 @@ from pathlib import Path
 
 import pytest
 from scripted import SAMPLE, ScriptedModel, call, make_repo
-from test_tui import drive, say, screen_text, scripted_app, until
+from test_tui import drive, say, screen_text, scripted_app, until, until_approval
 
 from agent.backends.base import ModelError
 from agent.config import Config, ConfigError, load_config
 from agent.core.shown import has_controls, shown
 from agent.safe_input import MAX_DEPTH, loads, loads_toml, nesting
-from agent.ui.tui_screens import ApprovalScreen
 from tools import environ
 
 # ---- one reader for what comes from outside -------------------------------------------------
@@ -97,7 +96,7 @@ def test_tui_approval_shows_the_command_escaped(tmp_path):
 
     async def scenario(pilot):
         await say(pilot, "list files", wait=False)
-        await until(pilot, lambda: isinstance(app.screen, ApprovalScreen))
+        await until_approval(pilot, app)  # (pushed a few frames before it is first drawn)
         request = app.screen.request
         assert not has_controls(request.preview) and not has_controls(request.reason)
         assert "calc.py\\r$ ls -la\\x1b[2K" in screen_text(app)
