@@ -52,7 +52,8 @@ called named first last new old above below here""".split())
 MAX_SYMBOLS = 6  # code names looked up per message
 MAX_SCANNED = 400  # files searched for them
 MAX_HITS = 24  # lines shown
-# What the agent adds after the text a person typed, in this order.
+# What the agent adds after the text a person typed, in this order (the output of tests the
+# message says fail, the last entry, comes before the others when present).
 ADDED = ("\n\nFiles in the repository:", "\n\nRepository map (",
          "\n\nWhere the names in the message occur:", "\n\nAttached files:",
          "\n\nThe tests fail now (the agent ran `")  # (the last: core/conversation.py TESTS_NOW)

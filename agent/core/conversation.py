@@ -354,6 +354,8 @@ class Conversation:
         names them); returns what to add to the message: their output when they fail."""
         from .checks import MAX_FEEDBACK_CHARS, shell
 
+        if run.cancel.cancelled:
+            return ""
         out = shell("test", run.test_cmd, self.ctx)
         run.tests_fail = not out.ok
         yield CheckRun("test", run.test_cmd, out.ok, out.output, 0, False)
