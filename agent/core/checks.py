@@ -252,9 +252,7 @@ def feedback(out: Outcome, root: Path | None = None, whole_files: bool = False,
     format, where a fix is the whole file again). `importers`: the text of the files that
     import what the edit removed (`importer_texts`), attached so that a rename or removal the
     message asked for can be carried into them."""
-    text = out.output.strip()
-    if len(text) > MAX_FEEDBACK_CHARS:
-        text = text[: MAX_FEEDBACK_CHARS // 2] + "\n...\n" + text[-MAX_FEEDBACK_CHARS // 2:]
+    text = clipped(out.output)
     what = {"syntax": "The file you wrote does not compile",
             "ruff": "The linter found errors in the code you wrote",
             "names": "Other files import names your edit removed",
@@ -286,6 +284,15 @@ def feedback(out: Outcome, root: Path | None = None, whole_files: bool = False,
         parts += ["", "Attached files:", *(f'<file path="{p}">\n{t}\n</file>'
                                            for p, t in importers.items())]
     return "\n".join(parts)
+
+
+def clipped(output: str) -> str:
+    """A check's output as it goes to the model: stripped, at most MAX_FEEDBACK_CHARS (its
+    head and tail, where a test run's failures and summary are)."""
+    text = output.strip()
+    if len(text) > MAX_FEEDBACK_CHARS:
+        text = text[: MAX_FEEDBACK_CHARS // 2] + "\n...\n" + text[-MAX_FEEDBACK_CHARS // 2:]
+    return text
 
 
 def importer_texts(out: Outcome, ctx: Any) -> dict[str, str]:

@@ -13,7 +13,6 @@ asking the user is the `Approver`'s business (agent/ui). Nothing here renders.
 
 from __future__ import annotations
 
-import re
 import time
 import uuid
 from contextlib import nullcontext
@@ -106,11 +105,6 @@ NO_FIX = ("No file changed, and the tests the message is about still fail (`{cmd
 NO_FIX_HOW = {"whole": "reply with the file's path on one line and then the whole corrected "
               "file in one code block."}
 TESTS_NOW = ADDED[4] + "{cmd}`):\n{output}"
-# A message that asks for a fix: "fix" or "repair" as a word, in a sentence that is not a
-# question ("Why does it fail? Is the fixture right?" asks for none).
-ASKS_FIX = re.compile(r"\b(?:fix|repair)\b", re.IGNORECASE)
-_SENTENCES = re.compile(r"(?:[^.!?\n]|[.!?](?=[^\s.!?]))*(?:[.!?]+|\n|$)")  # (not a file name's dot)
-_MAKE, _PASS = re.compile(r"\bmake\b", re.IGNORECASE), re.compile(r"\bpass\b", re.IGNORECASE)
 REPEATED = ("Your code is the same as in your earlier reply, so it changes nothing and would "
             "fail the same way. Find what causes the error the message before it shows, then "
             "reply with the file's path on one line and the corrected code in one code block, "
@@ -352,19 +346,14 @@ class Conversation:
     def _tests_now(self, run: _Run) -> Iterator[Event]:
         """Run the message's tests before its first reply (a message that says they fail and
         names them); returns what to add to the message: their output when they fail."""
-        from .checks import MAX_FEEDBACK_CHARS, shell
+        from .checks import clipped, shell
 
         if run.cancel.cancelled:
             return ""
         out = shell("test", run.test_cmd, self.ctx)
         run.tests_fail = not out.ok
         yield CheckRun("test", run.test_cmd, out.ok, out.output, 0, False)
-        if out.ok:
-            return ""
-        text = out.output.strip()
-        if len(text) > MAX_FEEDBACK_CHARS:
-            text = text[: MAX_FEEDBACK_CHARS // 2] + "\n...\n" + text[-MAX_FEEDBACK_CHARS // 2:]
-        return TESTS_NOW.format(cmd=run.test_cmd, output=text)
+        return "" if out.ok else TESTS_NOW.format(cmd=run.test_cmd, output=clipped(out.output))
 
     def _no_fix(self, run: _Run) -> Iterator[Event]:
         """What a reply that changed no file is sent back with, once a message, when the
@@ -373,6 +362,7 @@ class Conversation:
         often explains the fix and writes nothing."""
         from .attach import typed_text
         from .checks import shell
+        from .testcmd import asks_fix
 
         if (run.told_no_fix or not run.tests_fail or run.changed_any or run.edited or run.same
                 or run.unchanged or run.fix_rounds >= self.cfg.max_fix_rounds
@@ -406,8 +396,7 @@ class Conversation:
 
         said = False
         cmd = infer(text, Path(self.root))
-        typed = typed_text(text)
-        if not cmd and says_failing(typed):
+        if not cmd and says_failing(typed := typed_text(text)):
             cmd, said = infer(typed, Path(self.root), set(repo_files(self.ctx))), True
         # only a command the approval policy runs, sandboxed, without asking (full-auto)
         if not cmd or decide(self.cfg.approval_mode, "shell", "run_shell", {"command": cmd},
@@ -821,18 +810,6 @@ class Conversation:
         yield RunStopped(reason, run.turn)
         yield AgentResult(reason in ERROR_STOPS, run.last_text, run.turn, run.usage.as_dict(),
                           error, stop_reason=reason)
-
-
-def asks_fix(text: str) -> bool:
-    """Whether `text` asks for a fix: "fix" or "repair", or "make ... pass", in a sentence
-    that is not a question."""
-    for m in _SENTENCES.finditer(text[:20_000]):
-        sentence = m.group(0)
-        if not sentence.strip() or sentence.rstrip().endswith("?"):
-            continue
-        if ASKS_FIX.search(sentence) or (_MAKE.search(sentence) and _PASS.search(sentence)):
-            return True
-    return False
 
 
 def new_id() -> str:

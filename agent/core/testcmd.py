@@ -55,6 +55,9 @@ _MAKE_PASS = re.compile(r"\bmake\s+(?:the\s+tests?\s+in\s+)?$", re.IGNORECASE)
 _PASS_AFTER = re.compile(r"^\s+pass\b", re.IGNORECASE)
 _FAIL_WORD = re.compile(r"fail|broken|pass", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n")  # not the dot of a file name
+# A request for a fix: "fix" or "repair" as a word, or "make ... pass".
+_ASKS_FIX = re.compile(r"\b(?:fix|repair)\b", re.IGNORECASE)
+_MAKE, _PASS = re.compile(r"\bmake\b", re.IGNORECASE), re.compile(r"\bpass\b", re.IGNORECASE)
 _TOKEN = re.compile(r"[\w./-]+")
 MAX_SAID_CHARS = 20_000  # the typed text looked at (longer text is a paste, not a sentence)
 MAX_COMMAND_CHARS = 2000  # run_shell's limit on a command
@@ -83,6 +86,20 @@ def failing_test_files(message: str, root: Path) -> list[str]:
     return files[:MAX_FILES]
 
 
+def sentences(text: str) -> list[str]:
+    """The sentences of the first MAX_SAID_CHARS characters of `text` (a file name's dot does
+    not end one; a sentence keeps its closing mark)."""
+    return _SENTENCE_END.split(text[:MAX_SAID_CHARS])
+
+
+def asks_fix(text: str) -> bool:
+    """Whether `text` asks for a fix ("fix", "repair", "make ... pass") in a sentence that is
+    not a question ("Why does it fail? Is the fixture right?" asks for none)."""
+    return any(not s.rstrip().endswith("?")
+               and (_ASKS_FIX.search(s) or (_MAKE.search(s) and _PASS.search(s)))
+               for s in sentences(text))
+
+
 def says_failing(message: str) -> bool:
     """Whether `message` may say that a test file fails (cheap; before listing files)."""
     return bool(_FAIL_WORD.search(message[:MAX_SAID_CHARS]))
@@ -95,7 +112,7 @@ def said_failing(message: str, root: Path, listed: Collection[str] = ()) -> list
     git lists, so never one kept out of the agent's view), test files by pytest's default
     names. Looks at the first MAX_SAID_CHARS characters, in time linear in them."""
     found: list[str] = []
-    for sentence in _SENTENCE_END.split(message[:MAX_SAID_CHARS]):
+    for sentence in sentences(message):
         if not _FAIL_WORD.search(sentence):
             continue
         for w in _TOKEN.finditer(sentence):
