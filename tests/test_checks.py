@@ -306,3 +306,25 @@ def test_the_stubs_check_spares_what_the_message_did_not_ask_for(tmp_path):
     assert stubs(["s.py"], tmp_path, "add stubs for the Account methods").ok
     assert stubs(["s.py"], tmp_path, "Write an Account class; don't implement it yet").ok
     assert stubs(["s.py"], tmp_path, "give Account an open method that does nothing").ok
+
+
+def test_importers_attached_are_capped_in_number_and_size(git_repo):
+    """A names failure attaches at most MAX_IMPORTERS files and MAX_IMPORTER_CHARS characters
+    of them; a file over the size left is skipped (not cut), a later smaller one still fits."""
+    import subprocess
+
+    from agent.core import checks
+    from tools import ToolContext
+
+    names = [f"use{i}.py" for i in range(checks.MAX_IMPORTERS + 2)]
+    for name in names:
+        (git_repo / name).write_text("from shapes import area\n")
+    big = "from shapes import area\n" + "#" * checks.MAX_IMPORTER_CHARS + "\n"
+    (git_repo / "big.py").write_text(big)
+    subprocess.run(["git", "add", *names, "big.py"], cwd=git_repo, check=True)
+    ctx = ToolContext(git_repo, sandbox="off")
+    out = checks.Outcome("names", "", False, "x", importers=("big.py", *names))
+    texts = checks.importer_texts(out, ctx)
+    assert list(texts) == names[: checks.MAX_IMPORTERS]  # big.py skipped, the cap reached
+    assert sum(map(len, texts.values())) <= checks.MAX_IMPORTER_CHARS
+    assert checks.importer_texts(checks.Outcome("names", "", True, ""), ctx) == {}
