@@ -29,8 +29,9 @@ FLAT = {1: 1.0, 2: 1.0, 64: 1.05}  # a verify cost that hardly grows with rows: 
 
 
 def tree_budget(cap: int = 12) -> TreeBudget:
-    """Branch wherever the random draft has any second choice (its distributions are flat)."""
-    return TreeBudget(cap=cap, gain=0.002, close=0.05, cost=VerifyCost(FLAT))
+    """Branch wherever the random draft has any second choice (its distributions are flat);
+    every round that can branch is a tree (not measured against chains)."""
+    return TreeBudget(cap=cap, gain=0.002, close=0.05, cost=VerifyCost(FLAT), measured=False)
 
 
 @pytest.fixture
@@ -529,3 +530,55 @@ def test_a_tree_round_is_fitted_as_its_main_line():
     c.rounds, c.drafted, c.chained, c.accepted, c.by_source = 2, 24, 8, 6, {"draft": [24, 6]}
     spec._note_round(3, 0.5)  # the next tree: 2 of its main line's 4 accepted
     assert fit.rejected == pytest.approx(1.0) and fit.accepted == pytest.approx(0.85 * 4 + 2)
+
+
+def test_tree_arms_try_both_then_draft_the_faster_and_retry_the_slower():
+    arms = speculative.TreeArms()
+    picked = []
+    for _ in range(4):  # each arm twice, trees first; trees make 2 tokens a second, chains 4
+        arm = arms.pick()
+        picked.append(arm)
+        arms.add(arm, 4 if arm == "chain" else 2, 1.0)
+    assert picked == ["tree", "chain", "tree", "chain"]
+    run = []
+    for _ in range(arms.RETRY + 2):
+        arm = arms.pick()
+        run.append(arm)
+        arms.add(arm, 4 if arm == "chain" else 2, 1.0)
+    assert run == ["chain"] * arms.RETRY + ["tree", "chain"]  # the slower, retried once
+    for _ in range(3):  # the text changes: trees now make 8 tokens a second
+        arm = arms.pick()
+        arms.add(arm, 8 if arm == "tree" else 4, 1.0)
+    while arms.pick() == "chain":
+        arms.add("chain", 4, 1.0)
+    retried = 0
+    while arms.speed("tree") <= arms.speed("chain"):  # retried while its rounds beat chains'
+        assert arms.pick() == "tree"
+        arms.add("tree", 8, 1.0)
+        retried += 1
+    assert 1 < retried <= 4 and arms.pick() == "tree"  # and then it is the faster
+
+
+def test_measured_trees_stay_exact_and_chains_take_over_where_trees_are_slower(pair, rounds):
+    """With `measured` trees a round that could branch drafts a tree or a chain by their
+    recent speeds: greedy output still equals plain's, and where every tree round costs more
+    time (here a slowed verify) than it buys, rounds after the first tries are chains."""
+    target, draft = pair
+    prompt = Session(target).render([{"role": "user", "content": PROMPTS[1] * 2}])
+    want = run(Session(target), prompt, max_tokens=80, stop_tokens=set())[0]
+    budget = TreeBudget(cap=12, gain=0.002, close=0.05, cost=VerifyCost(FLAT))
+    spec = Speculator(make_drafter("model", draft), SpecPolicy(mode="on", fixed_k=4), budget)
+    now = [0.0]
+    spec.clock = lambda: now[0]
+    real = spec._verify
+
+    def timed_verify(session, pending, d, *a):  # the fake clock: a tree round costs 10 s
+        now[0] += 10.0 if d.tree is not None else 1.0
+        return real(session, pending, d, *a)
+
+    spec._verify = timed_verify
+    got = run(Session(target, speculator=spec), prompt, max_tokens=80, stop_tokens=set())[0]
+    assert got == want
+    counts = {arm: n for arm, (_, _, n) in spec.tree_arms.sums.items()}
+    assert counts["tree"] == speculative.TreeArms.TRIES and counts["chain"] > counts["tree"]
+    assert len(rounds) == counts["tree"]

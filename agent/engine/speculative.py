@@ -132,6 +132,54 @@ class SpecPolicy:
 
 
 @dataclass
+class TreeArms:
+    """Trees against chains, measured: for rounds that could have branched, the tokens and
+    seconds (drafting and verifying) of rounds drafted as trees and of rounds drafted as
+    chains, each arm's sums decayed with each of its own rounds (~7 rounds of memory; an arm
+    not drafted lately keeps its last ratio). Each arm is tried `TRIES` times first (trees
+    first); then the faster drafts, and the slower is tried again after `RETRY` rounds of the
+    faster (the text, and with it what a branch buys, changes), round after round while its
+    rounds beat the faster arm's recent speed, until its own overtakes it. Trees lose where the verify
+    cost grows with rows or, when sampling, where side branches are seldom accepted; chains
+    lose where the draft hesitates between two tokens and the verify pass costs little more
+    for a few rows."""
+
+    DECAY = 0.85
+    TRIES = 2
+    RETRY = 16
+    sums: dict = field(default_factory=lambda: {"tree": [0.0, 0.0, 0], "chain": [0.0, 0.0, 0]})
+    run: int = 0  # rounds of the faster arm since the slower one was last drafted
+
+    def speed(self, arm: str) -> float:
+        tokens, seconds, _ = self.sums[arm]
+        return tokens / seconds if seconds > 0 else 0.0
+
+    def pick(self) -> str:
+        tree, chain = self.sums["tree"][2], self.sums["chain"][2]
+        if min(tree, chain) < self.TRIES:
+            return "tree" if tree <= chain else "chain"
+        faster = "tree" if self.speed("tree") >= self.speed("chain") else "chain"
+        if self.run >= self.RETRY:
+            return "chain" if faster == "tree" else "tree"
+        return faster
+
+    def add(self, arm: str, tokens: int, seconds: float) -> None:
+        tried = min(self.sums["tree"][2], self.sums["chain"][2]) >= self.TRIES
+        faster = "tree" if self.speed("tree") >= self.speed("chain") else "chain"
+        pace = self.speed(faster)
+        s = self.sums[arm]
+        s[0], s[1], s[2] = self.DECAY * s[0] + tokens, self.DECAY * s[1] + seconds, s[2] + 1
+        if not tried:
+            self.run = 0
+        elif arm == faster:
+            self.run += 1
+        elif self.speed(arm) >= self.speed(faster):  # a retry that overtook: now the faster
+            self.run = 0
+        else:  # a retry: while its rounds beat the faster arm's pace, it drafts again
+            self.run = self.RETRY if tokens / max(seconds, 1e-9) > pace else 0
+
+
+@dataclass
 class _Ema:
     value: float = 0.0
     n: int = 0
@@ -259,6 +307,8 @@ class Speculator:
         self.drafter = drafter
         self.policy = policy or SpecPolicy()
         self.tree = tree  # None: chains only; else token trees sized by the verify cost
+        self.tree_arms = TreeArms()  # trees against chains, where a round could branch
+        self._arm = ""  # the arm of the round being drafted ("" where it could not branch)
         self.accepted_per_round: dict[str, _Ema] = {}
         self.spec_tps = _Ema()  # tokens per second while speculating (per round)
         # Rounds' tokens and seconds, each decayed by RECENT_DECAY per round: their ratio is
@@ -424,6 +474,9 @@ class Speculator:
             kind = ("lookup" if grown[0] in ("lookup", "suffix") else "model") if grown else ""
         expect, self._expect = self._expect, None
         asked, self._asked = self._asked, 0
+        arm, self._arm = self._arm, ""
+        if arm:
+            self.tree_arms.add(arm, tokens, seconds)
         if k > 0 and kind:
             fit = self.fits.setdefault(kind, _RoundFit())
             cap = self._free_k(kind)
@@ -652,6 +705,7 @@ class Speculator:
                  constraint: TokenConstraint | None) -> Draft:
         """The next round's draft for `history` (whose last token is the pending one)."""
         t_prep = time.perf_counter()
+        self._arm = ""
         prepare = getattr(self.drafter, "prepare", None)
         if prepare is not None:  # the draft model catches up with tokens it has not seen
             prepare(history)
@@ -673,10 +727,15 @@ class Speculator:
 
     def _tree_shape(self, session, k: int) -> TreeShape | None:
         """The tree this round may draft; None (a chain of k) unless trees are on, the
-        drafter can branch and the measured verify cost leaves room for more than k nodes."""
+        drafter can branch, the measured verify cost leaves room for more than k nodes and
+        (with `measured` trees) tree rounds have recently been the faster (`TreeArms`)."""
         if self.tree is None or not hasattr(self.drafter, "propose_tree"):
             return None
-        return self.tree.shape(session.target.model, session.tcache.cache, k)
+        shape = self.tree.shape(session.target.model, session.tcache.cache, k)
+        if shape is None or not self.tree.measured:
+            return shape
+        self._arm = self.tree_arms.pick()
+        return shape if self._arm == "tree" else None
 
     def _verify(self, session, pending: int, draft: Draft, params,
                 constraint) -> tuple[list[int], int, TokenSource]:

@@ -452,8 +452,11 @@ class TreeBudget:
     target at the first round (unless given) and refined by every verify pass."""
 
     def __init__(self, cap: int = 32, gain: float = 0.1, close: float = 0.25,
-                 cost: VerifyCost | None = None):
+                 cost: VerifyCost | None = None, measured: bool = True):
         self.cap, self.gain, self.close = cap, gain, close
+        # measured: a round that could branch drafts a tree or a chain by which of the two has
+        # recently produced tokens faster (the Speculator's `TreeArms`); False: always a tree.
+        self.measured = measured
         self.cost = cost or VerifyCost()
         self.probed = cost is not None
         self._usable: dict[int, bool] = {}  # id(model) -> supports_tree
