@@ -582,3 +582,16 @@ def test_measured_trees_stay_exact_and_chains_take_over_where_trees_are_slower(p
     counts = {arm: n for arm, (_, _, n) in spec.tree_arms.sums.items()}
     assert counts["tree"] == speculative.TreeArms.TRIES and counts["chain"] > counts["tree"]
     assert len(rounds) == counts["tree"]
+
+
+def test_a_round_that_drafted_nothing_is_no_arms_round():
+    spec = Speculator(PromptLookup(), SpecPolicy(mode="on"))
+    spec.call = speculative._CallStats()
+    spec._arm = "tree"
+    spec._note_round(1, 0.1)  # a miss verified alone: a plain step
+    assert spec.tree_arms.sums["tree"][2] == 0 and spec._arm == ""
+    c = spec.call
+    c.rounds, c.drafted, c.chained, c.accepted, c.by_source = 1, 6, 3, 2, {"lookup": [6, 2]}
+    spec._arm = "tree"
+    spec._note_round(3, 0.1)
+    assert spec.tree_arms.sums["tree"][:2] == [3.0, 0.1] and spec.tree_arms.sums["tree"][2] == 1

@@ -474,9 +474,9 @@ class Speculator:
             kind = ("lookup" if grown[0] in ("lookup", "suffix") else "model") if grown else ""
         expect, self._expect = self._expect, None
         asked, self._asked = self._asked, 0
-        arm, self._arm = self._arm, ""
-        if arm:
-            self.tree_arms.add(arm, tokens, seconds)
+        tree_arm, self._arm = self._arm, ""
+        if tree_arm and k > 0:  # (a round that drafted nothing is a plain step, no arm's)
+            self.tree_arms.add(tree_arm, tokens, seconds)
         if k > 0 and kind:
             fit = self.fits.setdefault(kind, _RoundFit())
             cap = self._free_k(kind)
