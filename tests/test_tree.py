@@ -546,23 +546,27 @@ def test_tree_arms_try_both_then_draft_the_faster_and_retry_the_slower():
         run.append(arm)
         arms.add(arm, 4 if arm == "chain" else 2, 1.0)
     assert run == ["chain"] * arms.RETRY + ["tree", "chain"]  # the slower, retried once
-    for _ in range(3):  # the text changes: trees now make 8 tokens a second
+    # the text changes: trees now make 8 tokens a second; the next retry finds it out
+    run = []
+    for _ in range(arms.RETRY + 6):
         arm = arms.pick()
+        run.append(arm)
         arms.add(arm, 8 if arm == "tree" else 4, 1.0)
-    while arms.pick() == "chain":
-        arms.add("chain", 4, 1.0)
-    retried = 0
-    while arms.speed("tree") <= arms.speed("chain"):  # retried while its rounds beat chains'
-        assert arms.pick() == "tree"
-        arms.add("tree", 8, 1.0)
-        retried += 1
-    assert 1 < retried <= 4 and arms.pick() == "tree"  # and then it is the faster
+    assert run.count("chain") <= arms.RETRY and arms.pick() == "tree"
+    assert arms.speed("tree") > arms.speed("chain")
+    # the lead changes as the faster arm slows down: the count of its rounds starts again
+    for _ in range(20):
+        arms.add("tree", 1, 1.0)
+        if arms.pick() == "chain":
+            break
+    assert arms.pick() == "chain" and arms.run == 0
 
 
 def test_measured_trees_stay_exact_and_chains_take_over_where_trees_are_slower(pair, rounds):
     """With `measured` trees a round that could branch drafts a tree or a chain by their
     recent speeds: greedy output still equals plain's, and where every tree round costs more
-    time (here a slowed verify) than it buys, rounds after the first tries are chains."""
+    time (here a slowed verify) than it buys, rounds after the first tries are chains but
+    for a retry every `RETRY` rounds."""
     target, draft = pair
     prompt = Session(target).render([{"role": "user", "content": PROMPTS[1] * 2}])
     want = run(Session(target), prompt, max_tokens=80, stop_tokens=set())[0]
@@ -579,19 +583,38 @@ def test_measured_trees_stay_exact_and_chains_take_over_where_trees_are_slower(p
     spec._verify = timed_verify
     got = run(Session(target, speculator=spec), prompt, max_tokens=80, stop_tokens=set())[0]
     assert got == want
-    counts = {arm: n for arm, (_, _, n) in spec.tree_arms.sums.items()}
-    assert counts["tree"] == speculative.TreeArms.TRIES and counts["chain"] > counts["tree"]
-    assert len(rounds) == counts["tree"]
+    arms = spec.tree_arms["model"]
+    trees, chains = arms.sums["tree"][2], arms.sums["chain"][2]
+    assert chains > trees >= arms.TRIES
+    assert trees <= arms.TRIES + chains // arms.RETRY
+    assert len(rounds) >= trees  # every tree-arm round the drafter branched was verified as one
 
 
-def test_a_round_that_drafted_nothing_is_no_arms_round():
+def test_the_round_that_probes_the_verify_cost_counts_for_no_arm(pair):
+    target, draft = pair
+    spec = Speculator(make_drafter("model", draft), SpecPolicy(mode="on"), TreeBudget(cap=8))
+    session = Session(target)
+    spec._tree_shape(session, 2)  # probes the target's verify cost: this round is not timed
+    assert spec.tree.probed and spec._arm == ("", "")
+    spec._tree_shape(session, 2)
+    assert spec._arm in (("model", "tree"), ("model", "chain")) or spec.tree.shape(
+        target.model, session.tcache.cache, 2) is None
+
+
+def test_arms_count_a_round_only_for_the_kind_that_drafted_it():
     spec = Speculator(PromptLookup(), SpecPolicy(mode="on"))
     spec.call = speculative._CallStats()
-    spec._arm = "tree"
-    spec._note_round(1, 0.1)  # a miss verified alone: a plain step
-    assert spec.tree_arms.sums["tree"][2] == 0 and spec._arm == ""
+    spec._arm = ("lookup", "tree")
+    spec._note_round(1, 0.1)  # a miss verified alone: a plain step, no arm's round
+    assert "lookup" not in spec.tree_arms and spec._arm == ("", "")
     c = spec.call
     c.rounds, c.drafted, c.chained, c.accepted, c.by_source = 1, 6, 3, 2, {"lookup": [6, 2]}
-    spec._arm = "tree"
+    spec._arm = ("lookup", "tree")
     spec._note_round(3, 0.1)
-    assert spec.tree_arms.sums["tree"][:2] == [3.0, 0.1] and spec.tree_arms.sums["tree"][2] == 1
+    assert spec.tree_arms["lookup"].sums["tree"] == [3.0, 0.1, 1]
+    c.rounds, c.drafted, c.chained, c.accepted = 2, 12, 6, 4
+    c.by_source = {"lookup": [6, 2], "draft": [6, 2]}
+    spec._arm = ("lookup", "chain")  # picked by lookup's arms, drafted by the model
+    spec._note_round(3, 0.1)
+    assert spec.tree_arms["lookup"].sums["chain"][2] == 0 and "model" not in spec.tree_arms
+    assert spec._last_kind == "model"

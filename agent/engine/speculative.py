@@ -133,16 +133,18 @@ class SpecPolicy:
 
 @dataclass
 class TreeArms:
-    """Trees against chains, measured: for rounds that could have branched, the tokens and
-    seconds (drafting and verifying) of rounds drafted as trees and of rounds drafted as
-    chains, each arm's sums decayed with each of its own rounds (~7 rounds of memory; an arm
-    not drafted lately keeps its last ratio). Each arm is tried `TRIES` times first (trees
-    first); then the faster drafts, and the slower is tried again after `RETRY` rounds of the
-    faster (the text, and with it what a branch buys, changes), round after round while its
-    rounds beat the faster arm's recent speed, until its own overtakes it. Trees lose where the verify
-    cost grows with rows or, when sampling, where side branches are seldom accepted; chains
-    lose where the draft hesitates between two tokens and the verify pass costs little more
-    for a few rows."""
+    """Trees against chains, measured for one drafter kind: of its rounds that could have
+    branched, the tokens and seconds (the round's whole time: drafting, verifying, handling
+    its tokens) of rounds with branching allowed ("tree"; the drafter still drafts a chain
+    where nothing is worth a branch) and of rounds drafted as chains, each arm's sums decayed
+    with each of its own rounds (~7 rounds of memory; an arm not drafted lately keeps its
+    last ratio). Each arm is tried `TRIES` times first (trees first); then the faster drafts,
+    and the slower is tried again after `RETRY` rounds of the faster (the text, and with it
+    what a branch buys, changes), round after round while its rounds beat the faster arm's
+    recent speed, until its own overtakes it. Trees lose where the verify cost grows with
+    rows or, when sampling, where side branches are seldom accepted; chains lose where the
+    draft hesitates between two tokens and the verify pass costs little more for a few
+    rows."""
 
     DECAY = 0.85
     TRIES = 2
@@ -154,27 +156,29 @@ class TreeArms:
         tokens, seconds, _ = self.sums[arm]
         return tokens / seconds if seconds > 0 else 0.0
 
+    def _faster(self) -> str:
+        return "tree" if self.speed("tree") >= self.speed("chain") else "chain"
+
+    def _tried(self) -> bool:
+        return min(self.sums["tree"][2], self.sums["chain"][2]) >= self.TRIES
+
     def pick(self) -> str:
-        tree, chain = self.sums["tree"][2], self.sums["chain"][2]
-        if min(tree, chain) < self.TRIES:
-            return "tree" if tree <= chain else "chain"
-        faster = "tree" if self.speed("tree") >= self.speed("chain") else "chain"
+        if not self._tried():
+            return "tree" if self.sums["tree"][2] <= self.sums["chain"][2] else "chain"
+        faster = self._faster()
         if self.run >= self.RETRY:
             return "chain" if faster == "tree" else "tree"
         return faster
 
     def add(self, arm: str, tokens: int, seconds: float) -> None:
-        tried = min(self.sums["tree"][2], self.sums["chain"][2]) >= self.TRIES
-        faster = "tree" if self.speed("tree") >= self.speed("chain") else "chain"
+        tried, faster = self._tried(), self._faster()
         pace = self.speed(faster)
         s = self.sums[arm]
         s[0], s[1], s[2] = self.DECAY * s[0] + tokens, self.DECAY * s[1] + seconds, s[2] + 1
-        if not tried:
+        if not tried or self._faster() != faster:  # the lead changed: count from here
             self.run = 0
         elif arm == faster:
             self.run += 1
-        elif self.speed(arm) >= self.speed(faster):  # a retry that overtook: now the faster
-            self.run = 0
         else:  # a retry: while its rounds beat the faster arm's pace, it drafts again
             self.run = self.RETRY if tokens / max(seconds, 1e-9) > pace else 0
 
@@ -307,8 +311,14 @@ class Speculator:
         self.drafter = drafter
         self.policy = policy or SpecPolicy()
         self.tree = tree  # None: chains only; else token trees sized by the verify cost
-        self.tree_arms = TreeArms()  # trees against chains, where a round could branch
-        self._arm = ""  # the arm of the round being drafted ("" where it could not branch)
+        # Trees against chains, per drafter kind ("model", "lookup"), where a round could
+        # branch. A round's arm is picked by the arms of the kind that drafted the round
+        # before (which kind drafts is known only once the drafter has proposed; kinds come
+        # in runs), and counted only where that kind drafted it, so neither kind's speeds
+        # mix with the other's.
+        self.tree_arms: dict[str, TreeArms] = {}
+        self._arm = ("", "")  # (kind, arm) picked for the round being drafted; "" none
+        self._last_kind = "model"
         self.accepted_per_round: dict[str, _Ema] = {}
         self.spec_tps = _Ema()  # tokens per second while speculating (per round)
         # Rounds' tokens and seconds, each decayed by RECENT_DECAY per round: their ratio is
@@ -474,9 +484,12 @@ class Speculator:
             kind = ("lookup" if grown[0] in ("lookup", "suffix") else "model") if grown else ""
         expect, self._expect = self._expect, None
         asked, self._asked = self._asked, 0
-        tree_arm, self._arm = self._arm, ""
-        if tree_arm and k > 0:  # (a round that drafted nothing is a plain step, no arm's)
-            self.tree_arms.add(tree_arm, tokens, seconds)
+        (picked_by, tree_arm), self._arm = self._arm, ("", "")
+        if kind:
+            self._last_kind = kind
+        # (a round that drafted nothing is a plain step, no arm's)
+        if tree_arm and k > 0 and kind == picked_by:
+            self.tree_arms.setdefault(kind, TreeArms()).add(tree_arm, tokens, seconds)
         if k > 0 and kind:
             fit = self.fits.setdefault(kind, _RoundFit())
             cap = self._free_k(kind)
@@ -705,7 +718,7 @@ class Speculator:
                  constraint: TokenConstraint | None) -> Draft:
         """The next round's draft for `history` (whose last token is the pending one)."""
         t_prep = time.perf_counter()
-        self._arm = ""
+        self._arm = ("", "")
         prepare = getattr(self.drafter, "prepare", None)
         if prepare is not None:  # the draft model catches up with tokens it has not seen
             prepare(history)
@@ -731,11 +744,15 @@ class Speculator:
         (with `measured` trees) tree rounds have recently been the faster (`TreeArms`)."""
         if self.tree is None or not hasattr(self.drafter, "propose_tree"):
             return None
+        probed = self.tree.probed
         shape = self.tree.shape(session.target.model, session.tcache.cache, k)
         if shape is None or not self.tree.measured:
             return shape
-        self._arm = self.tree_arms.pick()
-        return shape if self._arm == "tree" else None
+        kind = "lookup" if self.drafter.name == "lookup" else self._last_kind
+        arm = self.tree_arms.setdefault(kind, TreeArms()).pick()
+        # The round that probed the verify cost carries the probe's time: counted for no arm.
+        self._arm = (kind, arm) if probed else ("", "")
+        return shape if arm == "tree" else None
 
     def _verify(self, session, pending: int, draft: Draft, params,
                 constraint) -> tuple[list[int], int, TokenSource]:
