@@ -35,33 +35,23 @@ def main(argv: list[str] | None = None) -> int:
 
     ensure_openblas()
     from ..config import Config
-    from ..engine.drafters import Combined, DraftModel, PromptLookup
     from ..engine.prefix_store import PrefixStore
     from ..engine.sampling import SamplingParams
     from ..engine.session import Session, render_chat
-    from ..engine.speculative import SpecPolicy, Speculator
-    from ..engine.tree import TreeBudget, VerifyCost
     from .common import timed
-    from .pair import load_pair, probe_cost, workloads
+    from .pair import load_pair, probe_cost, speculator, workloads
 
     def log(m: str) -> None:
         print(m, file=sys.stderr, flush=True)
 
     target, draft, _ = load_pair("qwen-coder", log)
-    cfg, vocab = Config(), min(target.vocab_size, draft.vocab_size)
-    cost = probe_cost(target, cfg.tree_nodes, log)
+    cost = probe_cost(target, Config().tree_nodes, log)
     t = args.temperature
     params = SamplingParams(temperature=t, top_p=args.top_p) if t > 0 else SamplingParams()
-
-    def speculator(lookup: bool, tree: str) -> Speculator:
-        dm = DraftModel(draft, cfg.draft_confidence, vocab, cfg.draft_vocab)
-        budget = None if tree == "chain" else TreeBudget(
-            cap=cfg.tree_nodes, cost=VerifyCost(cost.seconds), measured=tree == "measured")
-        return Speculator(Combined(dm, PromptLookup()) if lookup else dm,
-                          SpecPolicy(mode="auto"), budget)
-
-    configs = {f"{'comb' if lookup else 'draft'}_{tree}": speculator(lookup, tree)
-               for lookup in (False, True) for tree in ("chain", "tree", "measured")}
+    trees = {"chain": "off", "tree": "every", "measured": "auto"}  # label -> `speculator`'s
+    configs = {f"{'comb' if lookup else 'draft'}_{label}":
+               speculator(target, draft, cost, lookup, tree)
+               for lookup in (False, True) for label, tree in trees.items()}
     pstore = PrefixStore(None, memory_mb=4096, disk_mb=0)
     with open(args.out, "a") as out:
         for name, (messages, tools) in workloads().items():

@@ -199,18 +199,11 @@ def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int]
     greedy: the same text, for the machine's noise) and reports medians."""
     from ..config import Config
 
-    cfg, vocab = Config(), min(target.vocab_size, draft.vocab_size)
-    head = cfg.draft_vocab  # the defaults `spec-agent` runs with
-    conf = 0.0 if fixed_k else cfg.draft_confidence  # pinned K: exactly K, as mlx-lm
-    cost = probe_cost(target, cfg.tree_nodes, log)
+    cost = probe_cost(target, Config().tree_nodes, log)
 
     def ours(with_lookup: bool, trees: bool) -> Speculator:
-        """A speculator with its own draft model (K adapts across workloads), combined with
-        prompt lookup or not, with token trees sized by the probed cost or chains."""
-        dm = DraftModel(draft, conf, vocab, head)
-        budget = TreeBudget(cap=cfg.tree_nodes, cost=VerifyCost(cost.seconds)) if trees else None
-        return Speculator(Combined(dm, PromptLookup()) if with_lookup else dm,
-                          SpecPolicy(mode=mode, fixed_k=fixed_k), budget)
+        return speculator(target, draft, cost, with_lookup, "auto" if trees else "off", mode,
+                          fixed_k)
 
     draft_only, combined = ours(False, False), ours(True, False)
     draft_tree, combined_tree = ours(False, True), ours(True, True)
@@ -258,6 +251,24 @@ def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int]
     if not params.greedy:  # sampled texts differ run to run: identity is not a measure
         out.update(identical_to_plain=None, mlx_lm_identical=None)
     return out
+
+
+def speculator(target: LoadedModel, draft: LoadedModel, cost: VerifyCost, with_lookup: bool,
+               tree: str = "off", mode: str = "auto", fixed_k: int = 0) -> Speculator:
+    """A speculator with its own draft model as `spec-agent` runs one by default (restricted
+    head, rounds ended by the draft's confidence unless K is pinned: then exactly K, as
+    mlx-lm), combined with prompt lookup or not; `tree`: "off" (chains), "auto" (trees sized
+    by the probed `cost`, measured against chains round by round) or "every" (a tree in every
+    round that can branch)."""
+    from ..config import Config
+
+    cfg = Config()
+    conf = 0.0 if fixed_k else cfg.draft_confidence
+    dm = DraftModel(draft, conf, min(target.vocab_size, draft.vocab_size), cfg.draft_vocab)
+    budget = None if tree == "off" else TreeBudget(
+        cap=cfg.tree_nodes, cost=VerifyCost(cost.seconds), measured=tree == "auto")
+    return Speculator(Combined(dm, PromptLookup()) if with_lookup else dm,
+                      SpecPolicy(mode=mode, fixed_k=fixed_k), budget)
 
 
 def probe_cost(target: LoadedModel, cap: int, log) -> VerifyCost:
