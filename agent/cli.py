@@ -71,6 +71,10 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    "message shows after the agent's edits")
     g.add_argument("--no-auto-lint", dest="auto_lint", action="store_const", const=False,
                    help="no syntax check or lint_cmd after edits")
+    g.add_argument("--no-lead-refused", dest="lead_refused", action="store_const", const=False,
+                   help="with --edit-format whole, answer a code block refused as a part of "
+                   "a file as other refusals are, not by a reply that begins with the file's "
+                   "path and a fence")
     g.add_argument("--resample-temperature", type=float, metavar="T",
                    help="sample a reply that loops or repeats an earlier one again at T "
                    "(0 = never, the default; e.g. 0.7)")
@@ -248,7 +252,8 @@ def _flags(args: argparse.Namespace) -> dict:
             "approval_mode", "auto_commit", "constrained_calls", "tool_choice", "dirty_files",
             "shell_timeout_s", "sandbox", "allow_network", "engine", "base_url", "tool_format",
             "edit_format", "attach_mentioned", "repetition_penalty", "lint_cmd", "test_cmd",
-            "auto_lint", "max_fix_rounds", "resample_temperature", "fix_mode", "infer_test_cmd")
+            "auto_lint", "max_fix_rounds", "resample_temperature", "fix_mode", "infer_test_cmd",
+            "lead_refused")
     out = {k: getattr(args, k, None) for k in keys}
     if args.command == "bench" and getattr(args, "what", "") in ("lookup", "grammar"):
         out["model"] = out["model"] or "embedded"  # fast; these measure the engine, not quality

@@ -109,6 +109,11 @@ class Config:
     # (resample with edit_format "whole", repair otherwise). Either way the best tested
     # attempt of a message is kept when a later one is worse.
     fix_mode: str = "auto"
+    # A whole-file code block not applied because it is a snippet (small models copy an
+    # example from the message as the file) is answered, while fix rounds are left, by a reply
+    # that begins with the file's path and an opening fence, so that it writes the file
+    # (agent/core/conversation.py; backends that cannot begin a reply answer as before).
+    lead_refused: bool = True
 
 
 

@@ -6,7 +6,7 @@ import pytest
 
 from agent.config import ConfigError, load_config
 from agent.core.checks import syntax
-from agent.events import AgentResult, CheckRun
+from agent.events import AgentResult, CheckRun, Warning
 from agent.ui.render import check_line
 from scripted import ScriptedModel, call, conversation, full_auto, git_repo  # noqa: F401
 
@@ -328,3 +328,101 @@ def test_importers_attached_are_capped_in_number_and_size(git_repo):
     assert list(texts) == names[: checks.MAX_IMPORTERS]  # big.py skipped, the cap reached
     assert sum(map(len, texts.values())) <= checks.MAX_IMPORTER_CHARS
     assert checks.importer_texts(checks.Outcome("names", "", True, ""), ctx) == {}
+
+
+class Leading(ScriptedModel):
+    """A scripted model that can begin a reply with given text (as LocalModel does): the
+    scripted turn is then what the model writes after it."""
+
+    leads = True
+
+    def __init__(self, turns):
+        super().__init__(turns)
+        self.leads_seen: list[str] = []
+
+    def generate(self, messages, cancel=None, lead=""):
+        self.leads_seen.append(lead)
+        if lead:
+            from agent.events import TextDelta
+
+            yield TextDelta(lead, ())
+        yield from super().generate(messages, cancel)
+
+
+STATEMENT = "calc.py\n```python\nraise ValueError('bad input')\n```\n"  # an example copied as the file
+LEAD = "calc.py\n```python\ndef add(a, b):"  # the path, a fence, the file's first line
+REST = "\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n```\nAdded mul."
+
+
+def test_a_refused_snippet_is_answered_by_a_reply_that_begins_the_file(git_repo):
+    """A block refused as a part of the file (a statement copied from the message) is
+    answered by a reply that begins with the file's path, a fence and its first line; what
+    the model writes after it completes the file, applied and checked as any reply's."""
+    model = Leading([STATEMENT, REST])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    events = list(conv.send("add mul to calc.py"))
+    assert model.leads_seen == ["", LEAD]
+    assert "defines none of the file's functions" in model.seen[1][-1]["content"]  # told why too
+    assert any(isinstance(e, Warning) and "lead_refused" in e.message for e in events)
+    assert "def mul(a, b):\n    return a * b\n" in (git_repo / "calc.py").read_text()
+    assert conv.messages[-1] == {"role": "assistant", "content": LEAD + REST}
+    assert events[-1].stop_reason == "answered"
+
+
+def test_a_lead_only_where_it_can_help(git_repo):
+    """No lead with the knob off, for a model that cannot begin a reply, where the reply's
+    refused blocks are for two files, or once fix rounds are spent; the refusal goes back
+    as before."""
+    (git_repo / "util.py").write_text("def one():\n    return 1\n")
+    two = STATEMENT + "util.py\n```python\nprint(1)\n```\n"
+    cases = [(dict(lead_refused=False), STATEMENT), (dict(), two),
+             (dict(max_fix_rounds=0), STATEMENT)]
+    for kw, first in cases:
+        model = Leading([first, "Done."])
+        cfg = full_auto(edit_format="whole", sandbox="off", fix_mode="repair", **kw)
+        list(conversation(git_repo, model, cfg).send("add mul to calc.py"))
+        assert model.leads_seen[1:2] in ([""], []), kw
+    model = ScriptedModel([STATEMENT, "Done."])  # no `leads`: called as before
+    cfg = full_auto(edit_format="whole", sandbox="off", fix_mode="repair")
+    list(conversation(git_repo, model, cfg).send("add mul to calc.py"))
+    assert "not saved" in model.seen[1][-1]["content"]
+
+
+def test_a_lead_is_used_once_and_a_refused_led_reply_is_led_again_while_rounds_last(git_repo):
+    long = "# numbers\n" + "".join(f"def f{i}():\n    return {i}\n\n\n" for i in range(6))
+    (git_repo / "big.py").write_text(long)
+    snippet = "big.py\n```python\nf9()\n```\n"
+    lead = "big.py\n```python\n# numbers"
+    short = "\ndef f9():\n    return 9\n```\n"  # 3 of 26 lines: refused again
+    whole = long.removeprefix("# numbers") + "def f9():\n    return 9\n```\n"
+    model = Leading([snippet, short, whole])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off",
+                                                   max_fix_rounds=2))
+    events = list(conv.send("add f9 to big.py"))
+    assert model.leads_seen == ["", lead, lead]
+    assert (git_repo / "big.py").read_text() == long + "def f9():\n    return 9\n"
+    assert events[-1].stop_reason == "answered"
+    model = Leading([snippet, short, whole])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off",
+                                                   max_fix_rounds=1))
+    list(conv.send("add f10 to big.py"))
+    assert model.leads_seen == ["", lead]  # the one round is spent
+
+
+def test_lead_names_the_fence_language():
+    from agent.core.wholefile import lead
+
+    assert lead("src/a.py") == "src/a.py\n```python\n"
+    assert lead("conf.json") == "conf.json\n```json\n"
+    assert lead("notes.xyz") == "notes.xyz\n```\n"
+
+
+def test_lead_goes_on_from_the_files_first_line(tmp_path):
+    from agent.core.wholefile import lead
+
+    (tmp_path / "a.py").write_text("\n\nimport os\n\nX = 1\n")
+    (tmp_path / "b.md").write_text("```\ncode\n```\n")
+    assert lead("a.py", tmp_path) == "a.py\n```python\nimport os"  # no newline: the model's
+    assert lead("b.md", tmp_path) == "b.md\n```markdown\n"  # a fence would close the block
+    assert lead("new.py", tmp_path) == lead("../x.py", tmp_path).replace("../x", "new") \
+        == "new.py\n```python\n"  # no such file, or outside the repository: no line

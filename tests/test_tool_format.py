@@ -214,3 +214,26 @@ def test_other_json_replies_stay_text(reply):
     from agent.core.callformat import strip_calls
 
     assert parse_calls(reply) == [] and strip_calls(reply) == reply.strip()
+
+
+@pytest.mark.parametrize("which", ["qwen", "llama"])
+def test_a_lead_begins_the_reply_and_the_model_goes_on_after_it(which, qwen, llama, repo):
+    """`generate(..., lead=...)` streams the lead first, then exactly what the model decodes
+    after the prompt with the lead's tokens appended (greedy: token for token)."""
+    from agent.engine.session import Session
+
+    lm = {"qwen": qwen, "llama": llama}[which]
+    model = local_model(lm, repo)
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "write calc.py"}]
+    lead = "calc.py\n```python\n"
+    events = list(model.generate(msgs, lead=lead))
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert deltas[0].text == lead and deltas[0].tokens == ()
+    stats = [e for e in events if isinstance(e, GenerationStats)]
+    assert len(stats) == 1 and stats[0].generated_tokens > 0
+    tokens = [t for d in deltas[1:] for t in d.tokens]
+    prompt = model.render(msgs) + lm.tokenizer.encode(lead, add_special_tokens=False)
+    plain = [t for e in Session(lm).generate(prompt, max_tokens=120, stop_strings=[OPEN])
+             if isinstance(e, TextDelta) for t in e.tokens]
+    assert tokens == plain[:len(tokens)] and len(tokens) > 0
+    assert "".join(d.text for d in deltas).startswith(lead)

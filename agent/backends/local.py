@@ -102,6 +102,7 @@ class LocalModel:
     """Adapts `Session` to the conversation's `Model` protocol."""
 
     label = "local"
+    leads = True  # generate() takes `lead`, text the reply is to begin with
 
     def __init__(self, session: Session, params: SamplingParams, max_tokens: int, ctx: ToolContext | None,
                  constrain: bool = True, tools: Mapping[str, Any] | None = None,
@@ -212,17 +213,32 @@ class LocalModel:
 
         mx.random.seed(seed)
 
-    def generate(self, messages: list[dict[str, str]], cancel: CancelToken | None = None) -> Iterator[Event]:
+    def generate(self, messages: list[dict[str, str]], cancel: CancelToken | None = None,
+                 lead: str = "") -> Iterator[Event]:
+        """One assistant turn. `lead`: text the reply begins with, as if the model had written
+        it (`leads`): it is streamed first and the model continues after it."""
         cancel = cancel or CancelToken()
         prompt = self.render(messages)
         first_turn = is_first_turn(messages)
-        if self.tool_choice == "required" or (self.tool_choice == "first" and first_turn):
+        if not lead and (self.tool_choice == "required" or (self.tool_choice == "first" and first_turn)):
             yield TextDelta(OPEN, (), (), ())
             yield from self._call(messages, prompt, OPEN, None, cancel)
             return
         first: list = []
         holds = BARE_CALLS if self.native_tools else (_squash(RESULT_OPEN), *BARE_CALLS)
         stops = [OPEN] if self.native_tools else [OPEN, RESULT_OPEN]
+        if lead:  # a reply that begins with `lead` is no call written without its markers
+            yield TextDelta(lead, (), (), ())
+            encode = getattr(self.session.tokenizer, "encode")
+            led = list(prompt) + list(encode(lead, add_special_tokens=False))
+            yield from self._stream(led, first, stop_strings=stops, cancel=cancel)
+            stats = first.pop()
+            text = lead + "".join(first)
+            if stats.finish_reason == "stop_string" and text.endswith(OPEN):
+                yield from self._call(messages, prompt, text, stats, cancel)
+            else:
+                yield stats
+            return
         yield from self._stream(prompt, first, stop_strings=stops, cancel=cancel, holds=holds)
         stats = first.pop()
         text = "".join(first).strip()

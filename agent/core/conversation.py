@@ -44,7 +44,7 @@ from .attach import ADDED, ATTACHED, attach_mentions
 from .prompt import system_prompt
 from .resample import at_temperature, can_resample
 from .searchreplace import FIX_HOW, apply_edits, is_edit_fence, parse_edits, whole_fixes, whole_verdict
-from .wholefile import judge, parse_blocks, prose, quotes
+from .wholefile import is_snippet, judge, lead, parse_blocks, prose, quotes
 from ..choices import BLOCK_EDIT_FORMATS
 
 
@@ -125,6 +125,8 @@ class _Run:
     edited: list[str] = field(default_factory=list)  # files changed since the last check
     fix_rounds: int = 0  # failed checks fed back to the model
     refused: list[str] = field(default_factory=list)  # why code blocks of the last reply were not applied
+    snippets: list[str] = field(default_factory=list)  # files the last reply wrote only a part of
+    lead: str = ""  # text the next reply begins with (a refused snippet's file path and fence)
     unchanged: list[str] = field(default_factory=list)  # files the last reply wrote out again, unchanged
     same: list[str] = field(default_factory=list)  # files the last reply wrote out as they are
     bare: bool = False  # the last reply was code blocks and nothing else
@@ -297,10 +299,20 @@ class Conversation:
             yield Warning("the reply's code repeats an earlier reply's; asking for another")
             return REPEATED
         refused, run.refused = run.refused, []
+        snippets, run.snippets = list(dict.fromkeys(run.snippets)), []
         if refused and run.fix_rounds < self.cfg.max_fix_rounds:
             run.fix_rounds += 1  # a refused block counts as a failed check of the reply
             # (at greedy the model writes the refused block again)
-            yield from self._afresh(run, "the reply's code could not be used")
+            if (len(snippets) == 1 and len(refused) == 1 and self.cfg.lead_refused
+                    and self.cfg.edit_format == "whole" and getattr(self.model, "leads", False)):
+                # The reply wrote a part of one file (small models copy the message's example
+                # statement as the file): the next reply begins with that file's path and an
+                # opening fence, and goes on from there at the configured sampling.
+                run.lead = lead(snippets[0], Path(self.root))
+                yield Warning(f"the reply wrote only a part of {snippets[0]}; the next reply "
+                              "begins with the file's path and writes it whole (lead_refused)")
+            else:
+                yield from self._afresh(run, "the reply's code could not be used")
             if self.cfg.edit_format in FIX_HOW:
                 return REFUSED_EDIT.format(why="\n".join(refused), how=FIX_HOW[self.cfg.edit_format])
             return REFUSED.format(why="\n".join(refused))
@@ -484,10 +496,14 @@ class Conversation:
         return reply, stats
 
     def _sample(self, messages: list[dict[str, str]], run: _Run) -> Iterator[Event]:
-        """One reply from the model: (text, its GenerationStats or None)."""
+        """One reply from the model: (text, its GenerationStats or None). A reply that is to
+        begin with `run.lead` (once) is asked for with it, and its text includes it."""
         parts: list[str] = []
         stats = None
-        for ev in self.model.generate(messages, run.cancel):
+        led, run.lead = run.lead, ""
+        turn = (self.model.generate(messages, run.cancel, lead=led) if led
+                else self.model.generate(messages, run.cancel))
+        for ev in turn:
             if isinstance(ev, TextDelta):
                 parts.append(ev.text)
             if isinstance(ev, GenerationStats):
@@ -551,6 +567,8 @@ class Conversation:
                 yield Warning(verdict)
                 if not quotes(block, self.root):
                     run.refused.append(verdict)
+                    if fmt == "whole" and is_snippet(verdict):
+                        run.snippets.append(block.path)
                 continue
             calls.append(ParsedCall("write_file", {"path": block.path, "content": block.content}))
         if not calls:

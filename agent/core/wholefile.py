@@ -34,6 +34,7 @@ FENCE = re.compile(r"^(`{3,}|~{3,})([^`\n]*)$")
 PATH = re.compile(r"^[\w\-.][\w./\-]*$")
 FILE_BLOCK = re.compile(r'<file path="([^"\n]+)">\n(.*?)\n?</file>', re.DOTALL)
 MIN_LINES = 8
+SNIPPET = "not applied (write the whole file to change it)"  # how a snippet's verdict ends
 DEFINES = re.compile(r"^(?:async\s+def|def|class)\s+(\w+)", re.MULTILINE)  # top-level defs
 
 
@@ -189,14 +190,40 @@ def judge(block: FileBlock, root: Path, shown: str | None = None) -> str:
     old_lines, new_lines = old.count("\n") + 1, block.content.count("\n") + 1
     if old_lines >= MIN_LINES and new_lines * 2 < old_lines and not _redefines(old, block):
         return (f"the code block for {block.path} has {new_lines} of the file's {old_lines} "
-                "lines: not applied (write the whole file to change it)")
+                "lines: " + SNIPPET)
     if block.path.endswith((".py", ".pyi")) and not DEFINES.search(block.content):
         names = list(dict.fromkeys(DEFINES.findall(old)))
         if names:
             shown = ", ".join(names[:4]) + (", ..." if len(names) > 4 else "")
             return (f"the code block for {block.path} defines none of the file's functions and "
-                    f"classes ({shown}): not applied (write the whole file to change it)")
+                    f"classes ({shown}): " + SNIPPET)
     return ""
+
+
+def is_snippet(verdict: str) -> bool:
+    """Is `verdict` (judge's) a block refused as a part of the file rather than all of it?"""
+    return verdict.endswith(SNIPPET)
+
+
+def lead(path: str, root: Path | None = None) -> str:
+    """The start of a reply that writes `path` whole: its path, an opening fence and, with
+    `root`, the file's first line as it is (so the model goes on writing that file, not the
+    nearest example of a path and a fence it has seen)."""
+    language = next((name for name, exts in LANGUAGES.items()
+                     if len(name) > 2 and any(path.endswith(e) for e in exts)), "")
+    first = ""
+    if root is not None:
+        from tools._paths import PathError, confine
+
+        try:
+            text = confine(root, path).read_text(encoding="utf-8")
+        except (PathError, OSError, UnicodeDecodeError, ValueError):
+            text = ""
+        # without its newline: the model picks the token that ends it ("\n\n\n" is one)
+        first = next((line for line in text.split("\n") if line.strip()), "")
+        if FENCE.match(first.strip()):  # (a fence would close the block)
+            first = ""
+    return f"{path}\n```{language}\n{first}"
 
 
 def _redefines(old: str, block: FileBlock) -> bool:

@@ -295,7 +295,7 @@ SETTING_KEYS = ("model", "draft_model", "speculation", "drafter", "num_draft_tok
                 "temperature", "top_p", "top_k", "min_p", "max_tokens", "max_turns",
                 "edit_format", "tool_format",
                 "auto_lint", "max_fix_rounds", "resample_temperature", "fix_mode", "test_cmd",
-                "infer_test_cmd")
+                "infer_test_cmd", "lead_refused")
 
 
 def settings_of(cfg: Config) -> dict[str, Any]:
