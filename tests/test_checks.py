@@ -426,3 +426,24 @@ def test_lead_goes_on_from_the_files_first_line(tmp_path):
     assert lead("b.md", tmp_path) == "b.md\n```markdown\n"  # a fence would close the block
     assert lead("new.py", tmp_path) == lead("../x.py", tmp_path).replace("../x", "new") \
         == "new.py\n```python\n"  # no such file, or outside the repository: no line
+
+
+def test_a_led_reply_sampled_again_begins_the_same_way(git_repo):
+    """With resample_temperature on, a led reply whose code repeats an earlier reply's is
+    sampled again, and the new sample is led too."""
+    from dataclasses import dataclass
+
+    @dataclass(frozen=True)
+    class Params:
+        temperature: float = 0.0
+
+    model = Leading([LEAD.removeprefix("calc.py\n```python\n").join(["calc.py\n```python\n", REST]),
+                     STATEMENT, REST, REST.replace("a * b", "b * a")])
+    model.params = Params()
+    cfg = full_auto(edit_format="whole", sandbox="off", resample_temperature=0.7)
+    conv = conversation(git_repo, model, cfg)
+    list(conv.send("add mul to calc.py"))  # the first message writes the file with mul
+    events = list(conv.send("make mul return b * a in calc.py"))
+    assert model.leads_seen == ["", "", LEAD, LEAD]
+    assert any(isinstance(e, Warning) and "sampling it again" in e.message for e in events)
+    assert "return b * a" in (git_repo / "calc.py").read_text()

@@ -468,6 +468,7 @@ class Conversation:
             messages = restart or messages[:run.base]
             sampling = at_temperature(self.model, fresh_temperature(self.cfg),
                                       len(self.messages) * 100 + 50)
+        led = run.lead  # (a reply sampled again begins the same way)
         with sampling:
             reply, stats = yield from self._sample(messages, run)
         temp = self.cfg.resample_temperature
@@ -480,6 +481,7 @@ class Conversation:
                 run.usage.turns.append(stats)
                 self.usage.turns.append(stats)
                 yield TurnStats(run.turn, stats)
+            run.lead = led
             with at_temperature(self.model, temp, len(self.messages) * 100 + attempt):
                 reply, stats = yield from self._sample(messages, run)
         # A repeated code block changes nothing (a repeated short answer is harmless).
