@@ -74,7 +74,7 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--no-lead-refused", dest="lead_refused", action="store_const", const=False,
                    help="with --edit-format whole, answer a code block refused as a part of "
                    "a file as other refusals are, not by a reply that begins with the file's "
-                   "path and a fence")
+                   "path, a fence and its first line")
     g.add_argument("--resample-temperature", type=float, metavar="T",
                    help="sample a reply that loops or repeats an earlier one again at T "
                    "(0 = never, the default; e.g. 0.7)")

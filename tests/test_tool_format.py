@@ -218,22 +218,57 @@ def test_other_json_replies_stay_text(reply):
 
 @pytest.mark.parametrize("which", ["qwen", "llama"])
 def test_a_lead_begins_the_reply_and_the_model_goes_on_after_it(which, qwen, llama, repo):
-    """`generate(..., lead=...)` streams the lead first, then exactly what the model decodes
-    after the prompt with the lead's tokens appended (greedy: token for token)."""
+    """`generate(..., lead=...)` streams the lead (without its last token, which the model
+    writes itself) first, then exactly what the model decodes after the prompt with those
+    tokens appended (greedy: token for token)."""
     from agent.engine.session import Session
 
     lm = {"qwen": qwen, "llama": llama}[which]
     model = local_model(lm, repo)
+    prompts = []
+    real = model.session.generate
+
+    def spy(prompt, **kw):
+        prompts.append(list(prompt))
+        return real(prompt, **kw)
+
+    model.session.generate = spy
     msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "write calc.py"}]
-    lead = "calc.py\n```python\n"
+    lead = "calc.py\n```python\ndef add(a, b):"
+    ids = lm.tokenizer.encode(lead, add_special_tokens=False)
     events = list(model.generate(msgs, lead=lead))
+    assert prompts == [model.render(msgs) + ids[:-1]]
     deltas = [e for e in events if isinstance(e, TextDelta)]
-    assert deltas[0].text == lead and deltas[0].tokens == ()
+    assert deltas[0].text == lm.tokenizer.decode(ids[:-1]) and lead.startswith(deltas[0].text)
+    assert deltas[0].tokens == () and len(deltas[0].text) < len(lead)
     stats = [e for e in events if isinstance(e, GenerationStats)]
     assert len(stats) == 1 and stats[0].generated_tokens > 0
     tokens = [t for d in deltas[1:] for t in d.tokens]
-    prompt = model.render(msgs) + lm.tokenizer.encode(lead, add_special_tokens=False)
-    plain = [t for e in Session(lm).generate(prompt, max_tokens=120, stop_strings=[OPEN])
+    plain = [t for e in Session(lm).generate(prompts[0], max_tokens=120, stop_strings=[OPEN])
              if isinstance(e, TextDelta) for t in e.tokens]
     assert tokens == plain[:len(tokens)] and len(tokens) > 0
-    assert "".join(d.text for d in deltas).startswith(lead)
+
+
+def test_a_call_after_a_lead_is_decoded_after_the_lead_and_the_text(llama, repo):
+    """A led reply that opens a call: the call is decoded (under the grammar) after the
+    prompt, the lead and the text before the call, as any reply's call."""
+    from dataclasses import replace
+
+    from scripted import fake_stats
+
+    model = local_model(llama, repo)
+    calls = []
+
+    def stream(prompt, out, **kw):
+        out += ["see ", OPEN, replace(fake_stats(), finish_reason="stop_string")]
+        yield from ()
+
+    def call(messages, prompt, text, stats, cancel):
+        calls.append((prompt, text))
+        yield from ()
+
+    model._stream, model._call = stream, call
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "u"}]
+    list(model.generate(msgs, lead="x.py\n```python\nimport os"))
+    head = model._lead("x.py\n```python\nimport os")[0]
+    assert calls == [(model.render(msgs), head + "see " + OPEN)]

@@ -228,10 +228,9 @@ class LocalModel:
         holds = BARE_CALLS if self.native_tools else (_squash(RESULT_OPEN), *BARE_CALLS)
         stops = [OPEN] if self.native_tools else [OPEN, RESULT_OPEN]
         if lead:  # a reply that begins with `lead` is no call written without its markers
+            lead, ids = self._lead(lead)
             yield TextDelta(lead, (), (), ())
-            encode = getattr(self.session.tokenizer, "encode")
-            led = list(prompt) + list(encode(lead, add_special_tokens=False))
-            yield from self._stream(led, first, stop_strings=stops, cancel=cancel)
+            yield from self._stream(list(prompt) + ids, first, stop_strings=stops, cancel=cancel)
             stats = first.pop()
             text = lead + "".join(first)
             if stats.finish_reason == "stop_string" and text.endswith(OPEN):
@@ -254,6 +253,18 @@ class LocalModel:
             yield stats
             return
         yield from self._call(messages, prompt, text, stats, cancel)
+
+    def _lead(self, lead: str) -> tuple[str, list[int]]:
+        """`lead` as the reply's start: (its text, its tokens) without its last token, which
+        the model writes (a lead cut inside what is one token for the model, `):` of `):\n`,
+        would start it from a split it was never trained on), when that is a prefix of it."""
+        tok = self.session.tokenizer
+        ids = list(tok.encode(lead, add_special_tokens=False))
+        if len(ids) > 1:
+            head = tok.decode(ids[:-1])
+            if head.strip() and lead.startswith(head):
+                return head, ids[:-1]
+        return lead, ids
 
     def _call(self, messages: list[dict[str, str]], prompt: list[int], text: str,
               stats: GenerationStats | None, cancel: CancelToken) -> Iterator[Event]:

@@ -35,5 +35,7 @@ class Backend(Protocol):
     def generate(self, messages: list[dict[str, str]], cancel: CancelToken) -> Iterator[Event]:
         """Stream one assistant turn: `TextDelta`s (calls as `<tool_call>` text), progress
         events, then exactly one `GenerationStats` (finish_reason "cancelled" when `cancel`
-        stopped it). Raises ModelError when no turn can be produced."""
+        stopped it). Raises ModelError when no turn can be produced. A backend with `leads`
+        true also takes `lead=TEXT`: the turn begins with (a prefix of) TEXT, streamed first,
+        and the model continues after it."""
         ...

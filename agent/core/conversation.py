@@ -44,7 +44,7 @@ from .attach import ADDED, ATTACHED, attach_mentions
 from .prompt import system_prompt
 from .resample import at_temperature, can_resample
 from .searchreplace import FIX_HOW, apply_edits, is_edit_fence, parse_edits, whole_fixes, whole_verdict
-from .wholefile import is_snippet, judge, lead, parse_blocks, prose, quotes
+from .wholefile import is_snippet, judge, lead, leads_to, parse_blocks, prose, quotes
 from ..choices import BLOCK_EDIT_FORMATS
 
 
@@ -296,6 +296,7 @@ class Conversation:
             return ""
         if run.repeated and not run.nudged and self.cfg.resample_temperature > 0:
             run.nudged = True  # once per message: say so, and let it try again
+            run.refused, run.snippets = [], []  # (what the nudge answers instead)
             yield Warning("the reply's code repeats an earlier reply's; asking for another")
             return REPEATED
         refused, run.refused = run.refused, []
@@ -304,10 +305,12 @@ class Conversation:
             run.fix_rounds += 1  # a refused block counts as a failed check of the reply
             # (at greedy the model writes the refused block again)
             if (len(snippets) == 1 and len(refused) == 1 and self.cfg.lead_refused
-                    and self.cfg.edit_format == "whole" and getattr(self.model, "leads", False)):
+                    and self.cfg.edit_format == "whole" and getattr(self.model, "leads", False)
+                    and leads_to(snippets[0])):
                 # The reply wrote a part of one file (small models copy the message's example
-                # statement as the file): the next reply begins with that file's path and an
-                # opening fence, and goes on from there at the configured sampling.
+                # statement as the file): the next reply begins with that file's path, an
+                # opening fence and the file's first line, and goes on from there at the
+                # configured sampling.
                 run.lead = lead(snippets[0], Path(self.root))
                 yield Warning(f"the reply wrote only a part of {snippets[0]}; the next reply "
                               "begins with the file's path and writes it whole (lead_refused)")
@@ -537,6 +540,7 @@ class Conversation:
         records the change, and the next message starts from the files as they now are. Why
         a block was not applied goes back to the model (`run.refused`)."""
         calls = []
+        run.refused, run.snippets = [], []  # (about this reply only)
         attached = list(dict.fromkeys(ATTACHED.findall(message)))
         default = attached[0] if len(attached) == 1 else ""
         text, fmt = strip_calls(reply), self.cfg.edit_format

@@ -205,10 +205,20 @@ def is_snippet(verdict: str) -> bool:
     return verdict.endswith(SNIPPET)
 
 
+LEAD_LINE_CHARS = 200  # a longer first line is left to the model
+LEAD_READ_CHARS = 16384  # how much of the file is read for its first line
+
+
+def leads_to(path: str) -> bool:
+    """Does a reply that begins `path` and a fence write that file? (Its line parses back as
+    the path: not for a path with spaces, which only a `<file path=...>` block names.)"""
+    return _path_in(path) == path
+
+
 def lead(path: str, root: Path | None = None) -> str:
     """The start of a reply that writes `path` whole: its path, an opening fence and, with
-    `root`, the file's first line as it is (so the model goes on writing that file, not the
-    nearest example of a path and a fence it has seen)."""
+    `root`, the file's first line as it is, without its newline (so the model goes on writing
+    that file, not the nearest example of a path and a fence it has seen)."""
     language = next((name for name, exts in LANGUAGES.items()
                      if len(name) > 2 and any(path.endswith(e) for e in exts)), "")
     first = ""
@@ -216,13 +226,13 @@ def lead(path: str, root: Path | None = None) -> str:
         from tools._paths import PathError, confine
 
         try:
-            text = confine(root, path).read_text(encoding="utf-8")
+            with confine(root, path).open(encoding="utf-8") as f:
+                text = f.read(LEAD_READ_CHARS)
         except (PathError, OSError, UnicodeDecodeError, ValueError):
             text = ""
-        # without its newline: the model picks the token that ends it ("\n\n\n" is one)
         first = next((line for line in text.split("\n") if line.strip()), "")
-        if FENCE.match(first.strip()):  # (a fence would close the block)
-            first = ""
+        if FENCE.match(first.strip()) or len(first) > LEAD_LINE_CHARS:
+            first = ""  # a fence would close the block; a long line is the model's to write
     return f"{path}\n```{language}\n{first}"
 
 
