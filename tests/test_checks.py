@@ -482,3 +482,33 @@ def test_no_lead_from_a_refusal_the_nudge_answered(git_repo):
     assert any(isinstance(e, Warning) and "repeats an earlier" in e.message for e in events)
     assert model.leads_seen[2:] == ["", ""]  # after the nudge, the whole file: no lead
     assert "def f9" in (git_repo / "big.py").read_text()
+
+
+def test_where_fix_mode_resamples_the_led_reply_is_a_fresh_sample(git_repo):
+    """fix_mode auto with whole files (resample): the led reply reads the message alone, as a
+    fresh sample does, at the fresh temperature; with fix_mode repair it reads the refusal."""
+    from test_resample import Sampled
+
+    class LeadingSampled(Sampled):
+        leads = True
+
+        def generate(self, messages, cancel=None, lead=""):
+            self.leads_seen = getattr(self, "leads_seen", []) + [lead]
+            if lead:
+                from agent.events import TextDelta
+
+                yield TextDelta(lead, ())
+            yield from super().generate(messages, cancel)
+
+    model = LeadingSampled([STATEMENT, REST])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    list(conv.send("add mul to calc.py"))
+    assert model.leads_seen == ["", LEAD] and model.temps == [0.0, 0.7]
+    assert model.seen[1] == model.seen[0]  # the message alone
+    assert "def mul" in (git_repo / "calc.py").read_text()
+    model = LeadingSampled([STATEMENT, REST.replace("a * b", "b * a")])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off",
+                                                   fix_mode="repair"))
+    list(conv.send("make mul return b * a"))
+    assert model.leads_seen == ["", LEAD] and model.temps == [0.0, 0.0]
+    assert "not saved" in model.seen[1][-1]["content"]

@@ -309,13 +309,12 @@ class Conversation:
                     and leads_to(snippets[0])):
                 # The reply wrote a part of one file (small models copy the message's example
                 # statement as the file): the next reply begins with that file's path, an
-                # opening fence and the file's first line, and goes on from there at the
-                # configured sampling.
+                # opening fence and the file's first line, and goes on from there (a fresh
+                # sample where fix_mode resamples: led at greedy, the 0.5B wrote the stub out).
                 run.lead = lead(snippets[0], Path(self.root))
                 yield Warning(f"the reply wrote only a part of {snippets[0]}; the next reply "
                               "begins with the file's path and writes it whole (lead_refused)")
-            else:
-                yield from self._afresh(run, "the reply's code could not be used")
+            yield from self._afresh(run, "the reply's code could not be used")
             if self.cfg.edit_format in FIX_HOW:
                 return REFUSED_EDIT.format(why="\n".join(refused), how=FIX_HOW[self.cfg.edit_format])
             return REFUSED.format(why="\n".join(refused))
