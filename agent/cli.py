@@ -71,10 +71,10 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    "message shows after the agent's edits")
     g.add_argument("--no-auto-lint", dest="auto_lint", action="store_const", const=False,
                    help="no syntax check or lint_cmd after edits")
-    g.add_argument("--no-lead-refused", dest="lead_refused", action="store_const", const=False,
+    g.add_argument("--lead-refused", dest="lead_refused", action="store_const", const=True,
                    help="with --edit-format whole, answer a code block refused as a part of "
-                   "a file as other refusals are, not by a reply that begins with the file's "
-                   "path, a fence and its first line")
+                   "a file by a reply that begins with the file's path, a fence and its first "
+                   "line (the local engine)")
     g.add_argument("--resample-temperature", type=float, metavar="T",
                    help="sample a reply that loops or repeats an earlier one again at T "
                    "(0 = never, the default; e.g. 0.7)")

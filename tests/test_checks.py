@@ -359,7 +359,7 @@ def test_a_refused_snippet_is_answered_by_a_reply_that_begins_the_file(git_repo)
     answered by a reply that begins with the file's path, a fence and its first line; what
     the model writes after it completes the file, applied and checked as any reply's."""
     model = Leading([STATEMENT, REST])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off", lead_refused=True))
     events = list(conv.send("add mul to calc.py"))
     assert model.leads_seen == ["", LEAD]
     assert "defines none of the file's functions" in model.seen[1][-1]["content"]  # told why too
@@ -379,11 +379,16 @@ def test_a_lead_only_where_it_can_help(git_repo):
              (dict(max_fix_rounds=0), STATEMENT)]
     for kw, first in cases:
         model = Leading([first, "Done."])
-        cfg = full_auto(edit_format="whole", sandbox="off", fix_mode="repair", **kw)
+        cfg = full_auto(edit_format="whole", sandbox="off", fix_mode="repair",
+                        **{"lead_refused": True, **kw})
         list(conversation(git_repo, model, cfg).send("add mul to calc.py"))
         assert model.leads_seen == (["", ""] if kw.get("max_fix_rounds") != 0 else [""]), kw
-    model = ScriptedModel([STATEMENT, "Done."])  # no `leads`: called as before
+    model = Leading([STATEMENT, "Done."])  # off by default
     cfg = full_auto(edit_format="whole", sandbox="off", fix_mode="repair")
+    list(conversation(git_repo, model, cfg).send("add mul to calc.py"))
+    assert model.leads_seen == ["", ""]
+    model = ScriptedModel([STATEMENT, "Done."])  # no `leads`: called as before
+    cfg = full_auto(edit_format="whole", sandbox="off", lead_refused=True, fix_mode="repair")
     list(conversation(git_repo, model, cfg).send("add mul to calc.py"))
     assert "not saved" in model.seen[1][-1]["content"]
 
@@ -396,14 +401,14 @@ def test_a_lead_is_used_once_and_a_refused_led_reply_is_led_again_while_rounds_l
     short = "\ndef f9():\n    return 9\n```\n"  # 3 of 26 lines: refused again
     whole = long.removeprefix("# numbers") + "def f9():\n    return 9\n```\n"
     model = Leading([snippet, short, whole])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off",
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off", lead_refused=True,
                                                    max_fix_rounds=2))
     events = list(conv.send("add f9 to big.py"))
     assert model.leads_seen == ["", lead, lead]
     assert (git_repo / "big.py").read_text() == long + "def f9():\n    return 9\n"
     assert events[-1].stop_reason == "answered"
     model = Leading([snippet, short, whole])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off",
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off", lead_refused=True,
                                                    max_fix_rounds=1))
     list(conv.send("add f10 to big.py"))
     assert model.leads_seen == ["", lead]  # the one round is spent
@@ -448,7 +453,7 @@ def test_a_led_reply_sampled_again_begins_the_same_way(git_repo):
     model = Leading([LEAD.removeprefix("calc.py\n```python\n").join(["calc.py\n```python\n", REST]),
                      STATEMENT, REST, REST.replace("a * b", "b * a")])
     model.params = Params()
-    cfg = full_auto(edit_format="whole", sandbox="off", resample_temperature=0.7)
+    cfg = full_auto(edit_format="whole", sandbox="off", lead_refused=True, resample_temperature=0.7)
     conv = conversation(git_repo, model, cfg)
     list(conv.send("add mul to calc.py"))  # the first message writes the file with mul
     events = list(conv.send("make mul return b * a in calc.py"))
@@ -460,7 +465,7 @@ def test_a_led_reply_sampled_again_begins_the_same_way(git_repo):
 def test_a_lead_is_for_one_reply(git_repo):
     """The led reply is applied; when it fails a check, the reply to that is not led."""
     model = Leading([STATEMENT, "\n    return a +\n```\n", FIXED])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off", lead_refused=True))
     events = list(conv.send("add mul to calc.py"))
     assert model.leads_seen == ["", LEAD, ""]
     assert [c.kind for c in events if isinstance(c, CheckRun)][:1] == ["syntax"]
@@ -475,7 +480,7 @@ def test_no_lead_from_a_refusal_the_nudge_answered(git_repo):
     snippet = "big.py\n```python\ndef f9():\n    return 9\n```\n"
     whole = "big.py\n```python\n" + long + "def f9():\n    return 9\n```\n"
     model = Leading([snippet, "Done.", snippet, whole, "Done."])
-    cfg = full_auto(edit_format="whole", sandbox="off", resample_temperature=0.7)
+    cfg = full_auto(edit_format="whole", sandbox="off", lead_refused=True, resample_temperature=0.7)
     conv = conversation(git_repo, model, cfg)
     list(conv.send("add f9 to big.py"))  # snippet refused, then led (the led reply: "Done.")
     events = list(conv.send("add f9 to big.py, really"))  # the same snippet again: nudged
@@ -501,13 +506,13 @@ def test_where_fix_mode_resamples_the_led_reply_is_a_fresh_sample(git_repo):
             yield from super().generate(messages, cancel)
 
     model = LeadingSampled([STATEMENT, REST])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off", lead_refused=True))
     list(conv.send("add mul to calc.py"))
     assert model.leads_seen == ["", LEAD] and model.temps == [0.0, 0.7]
     assert model.seen[1] == model.seen[0]  # the message alone
     assert "def mul" in (git_repo / "calc.py").read_text()
     model = LeadingSampled([STATEMENT, REST.replace("a * b", "b * a")])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off",
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off", lead_refused=True,
                                                    fix_mode="repair"))
     list(conv.send("make mul return b * a"))
     assert model.leads_seen == ["", LEAD] and model.temps == [0.0, 0.0]
