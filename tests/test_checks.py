@@ -494,16 +494,8 @@ def test_where_fix_mode_resamples_the_led_reply_is_a_fresh_sample(git_repo):
     fresh sample does, at the fresh temperature; with fix_mode repair it reads the refusal."""
     from test_resample import Sampled
 
-    class LeadingSampled(Sampled):
-        leads = True
-
-        def generate(self, messages, cancel=None, lead=""):
-            self.leads_seen = getattr(self, "leads_seen", []) + [lead]
-            if lead:
-                from agent.events import TextDelta
-
-                yield TextDelta(lead, ())
-            yield from super().generate(messages, cancel)
+    class LeadingSampled(Leading, Sampled):
+        """Leading's lead, then Sampled's reply (its temperature recorded)."""
 
     model = LeadingSampled([STATEMENT, REST])
     conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off", lead_refused=True))
