@@ -10,7 +10,10 @@ seed) on stdout, a summary line per workload at the end.
 
 Usage: .venv/bin/python -m agent.bench.measure_auto [--workloads tool_call,edit]
     [--drafter lookup|model|combined] [--seeds 1,2,3,4] [--tokens 48] [--temperature 0.7]
-    [--top-p 0.95]
+    [--top-p 0.95] [--mlx-lm-k 4]
+
+`--mlx-lm-k K`: mlx-lm's `speculative_generate_step` with the same draft model at K, from the
+same seed after each of our runs (its own sampler; its ratio to plain beside ours).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from ..engine.sampling import SamplingParams
 from ..engine.session import Session, render_chat
 from ..engine.speculative import SpecPolicy, Speculator
 from .common import timed
-from .pair import load_pair, workloads
+from .pair import _mlx_lm, load_pair, workloads
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tokens", type=int, default=48)
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--top-p", type=float, default=0.95)
+    ap.add_argument("--mlx-lm-k", type=int, default=0, help="also run mlx-lm at this K (0: no)")
     args = ap.parse_args(argv)
     known = workloads()
     names = args.workloads.split(",")
@@ -49,6 +53,14 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     seeds = [int(s) for s in args.seeds.split(",")]
+    from .. import store
+    from ..engine.blas import ensure_openblas
+
+    # As the CLI does (may re-exec this module): without it the reference BLAS decodes ~3x
+    # slower and speculation's verify pass costs ~K single steps.
+    warning = ensure_openblas("auto", store.home() / "blas-coretype.json")
+    if warning:
+        print(warning, file=sys.stderr)
 
     def log(s: str) -> None:
         print(s, file=sys.stderr, flush=True)
@@ -83,11 +95,17 @@ def main(argv: list[str] | None = None) -> int:
                          params)
             st = ours.stats
             ratios.append(ours.tps / plain.tps)
+            theirs = None
+            if args.mlx_lm_k:
+                mx.random.seed(seed)
+                theirs = _mlx_lm(target, draft, store, prompt, args.tokens, args.mlx_lm_k,
+                                 params)[0].tps / plain.tps
             print(json.dumps(dict(
                 workload=name, seed=seed, drafter=args.drafter, plain_tps=round(plain.tps, 3),
                 auto_tps=round(ours.tps, 3), ratio=round(ratios[-1], 3), rounds=st.rounds,
                 drafted=st.drafted, accepted=st.accepted, on_at_end=spec.enabled,
-                off_reason=spec.off_reason,
+                off_reason=spec.off_reason, k=spec.k_for("model"),
+                mlx_lm_ratio=None if theirs is None else round(theirs, 3),
                 expected=None if spec.expected() is None else round(spec.expected()[0], 3))),
                 flush=True)
         print(json.dumps(dict(workload=name, drafter=args.drafter, seeds=len(seeds),
