@@ -343,6 +343,43 @@ def test_draft_round_ends_where_its_confidence_product_falls_below_the_floor(pai
     assert full.tokens == toks  # without a floor: exactly K
 
 
+def test_a_sampled_round_ends_by_the_untempered_probability_of_each_drawn_token(pair):
+    """At a temperature the draft draws from its sharpened distribution, where a token it is
+    unsure of reads near 1; the round's confidence is the product of the drawn tokens'
+    probabilities before temperature, so the round ends where the draft is unsure."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from agent.engine.step import forward, prefill
+
+    _, draft = pair
+    history = Session(draft).render([{"role": "user", "content": "floor"}])
+    params = SamplingParams(temperature=0.1)
+    mx.random.seed(7)
+    free = DraftModel(draft, min_confidence=0.0).propose(history, 12, params)
+    assert len(free.tokens) == 12
+    cache = make_prompt_cache(draft.model)
+    prefill(draft.model, history[:-1], cache)
+    raw, last = [], history[-1]
+    for tok in free.tokens:
+        lp = forward(draft.model, [last], cache)[-1, : draft.vocab_size]
+        raw.append(math.exp((lp[tok] - mx.logsumexp(lp)).item()))
+        last = tok
+    tempered = [math.exp(free.logq[i, t].item()) for i, t in enumerate(free.tokens)]
+    raw_sure = [math.prod(raw[: i + 1]) for i in range(12)]
+    tempered_sure = [math.prod(tempered[: i + 1]) for i in range(12)]
+    checked = 0
+    for stop_at in range(1, 11):
+        floor = math.sqrt(raw_sure[stop_at] * raw_sure[stop_at - 1])
+        if not raw_sure[stop_at] < floor <= raw_sure[stop_at - 1]:
+            continue
+        mx.random.seed(7)  # the same draws up to the stop
+        got = DraftModel(draft, min_confidence=floor).propose(history, 12, params)
+        assert got.tokens == free.tokens[: stop_at + 1]
+        # the sharpened figures would have drafted on past this step
+        checked += tempered_sure[stop_at + 1] >= floor
+    assert checked
+
+
 def test_a_draft_that_stops_itself_drafts_up_to_the_cap(pair):
     target, draft = pair
     spec = Speculator(DraftModel(draft, min_confidence=0.5), SpecPolicy(confident_k_max=11))

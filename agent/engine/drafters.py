@@ -131,10 +131,18 @@ class DraftModel:
 
     def _step(self, inp: mx.array, toks: list[mx.array], params: SamplingParams,
               constraint: TokenConstraint | None,
-              history: Sequence[int] = ()) -> tuple[mx.array, mx.array] | None:
-        """Queue one draft step: (token, log-probs it was drawn from), over the restricted
-        head's ids when there is one; None when the constraint allows none of those ids.
-        With a repetition penalty, `history` + this round's drafts are the tokens before it."""
+              history: Sequence[int] = ()) -> tuple[mx.array, mx.array, mx.array] | None:
+        """Queue one draft step: (token, log-probs it was drawn from, the token's log-probability
+        before temperature and filters), over the restricted head's ids when there is one; None
+        when the constraint allows none of those ids. With a repetition penalty, `history` +
+        this round's drafts are the tokens before it.
+
+        The third is the draft's confidence in its token. Greedy, it is the largest
+        log-probability, as the log-probs are. Sampling, the distribution drawn from is
+        sharpened by the temperature and cut by top-p (a 0.8 token often reads 1.0 there), so
+        its figures would hide the forks where the draft is unsure; the unsharpened
+        probability of the token drawn shows them, and is the greedy figure where the draw is
+        the most likely token."""
         width, head, mask = self.vocab_limit, self.head, None
         if constraint is not None:  # checked before feeding, so the cache matches `fed`
             mask = fit_width(constraint.masks([int(t.item()) for t in toks])[-1:], width)
@@ -150,16 +158,18 @@ class DraftModel:
         if params.penalized:  # the draft applies the target's penalty, so its drafts land
             logits = self._penalized(logits, [*history, *(int(t.item()) for t in toks)], params)
         logits = apply_mask(logits, mask)
+        raw = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
         if params.greedy:
-            lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+            lp = raw
             tok = mx.argmax(lp, axis=-1)
         else:
             lp = log_probs(logits, params)
             tok = mx.random.categorical(lp, axis=-1)
+        sure = mx.take_along_axis(raw, tok[:, None], axis=-1)
         if head is not None:
             tok = head.real_ids(tok)
-        mx.async_eval(tok, lp)
-        return tok, lp
+        mx.async_eval(tok, lp, sure)
+        return tok, lp, sure
 
     def propose(self, history, k, params, constraint=None) -> Draft:
         todo = self.prepare(history)
@@ -181,7 +191,7 @@ class DraftModel:
             toks.append(step[0])
             lps.append(step[1])
             if self.min_confidence > 0 and i + 1 < k:
-                sure *= math.exp(mx.max(step[1]).item())
+                sure *= math.exp(step[2].item())
                 if sure < self.min_confidence:
                     break
             inp = step[0]
