@@ -41,7 +41,8 @@ class Config:
     drafter: str = "auto"  # auto | model | lookup | combined
     num_draft_tokens: int = 0  # 0 = K set by the draft's confidence (or adaptive), else pinned
     # The draft model ends a round once its own estimate that all the round's drafts are right
-    # (the product of its top probabilities) falls below this; 0 = fixed-length rounds.
+    # (the product of its probabilities of its drafts, before temperature) falls below this;
+    # 0 = fixed-length rounds.
     draft_confidence: float = 0.5
     draft_vocab: int = 32768  # draft head over the first N ids + ids seen; 0 = full head
     # Token trees: several candidates per round, verified in one pass, sized by the measured

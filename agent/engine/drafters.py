@@ -59,7 +59,8 @@ class DraftModel:
         self.fed: list[int] = []  # tokens in the draft cache (a prefix of the history)
         self.synced = 0  # fed[:synced] is known to be history
         # Stop drafting once the draft's own estimate that all of this round's drafts are
-        # right (the product of its top probabilities) falls below this.
+        # right (the product of its probabilities of its drafts, before temperature and filters)
+        # falls below this.
         self.min_confidence = min_confidence
         # Propose only ids the target has (the target's embedding may be narrower).
         self.vocab_limit = vocab_limit or lm.vocab_size
