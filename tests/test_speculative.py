@@ -266,6 +266,40 @@ def test_sampling_is_exact(tiny_vocab_pair, drafter, params):
     assert all(want.get(key, 0) > 0 for key in counts)
 
 
+def test_sampling_is_exact_with_rounds_the_drafts_confidence_ends(tiny_vocab_pair):
+    """The draft model's own rounds (their length set by its confidence in the tokens it drew)
+    and the target's verify pass: the first two emitted tokens ~ plain sampling (chi-square)."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from agent.engine.step import prefill
+
+    target, draft_model = tiny_vocab_pair
+    params = SamplingParams(temperature=0.8, top_p=0.9)
+    prefix = [1, 5, 2, 7]
+    want = _two_token_dist(target, prefix, params)
+    mx.random.seed(4321)
+    dm = DraftModel(LoadedModel(draft_model, None, "tiny", "mlx", "float32", "cpu"),
+                    min_confidence=0.3)
+    counts: dict = {}
+    lengths: set = set()
+    n = 3000
+    for _ in range(n):
+        cache = make_prompt_cache(target)
+        prefill(target, prefix[:-1], cache)
+        d = dm.propose(prefix, 4, params)
+        lengths.add(len(d.tokens))
+        emitted, _ = verify_round(target, cache, prefix[-1], d, params)
+        if len(emitted) < 2:  # rejected at 1, or a round of one draft: a plain step
+            emitted += verify_round(target, cache, emitted[-1], Draft([]), params)[0]
+        key = tuple(emitted[:2])
+        counts[key] = counts.get(key, 0) + 1
+    assert len(lengths) > 1  # the stop fell at different depths
+    stat, df = _chi2(counts, want, n)
+    assert df >= 3
+    assert stat < _chi2_critical(df), (stat, df)
+    assert all(want.get(key, 0) > 0 for key in counts)
+
+
 def test_from_draft_flags_and_interrupt_consistency(pair):
     """from_draft marks exactly the accepted drafts; closing mid-generation leaves target and
     draft caches consistent, so the next turn equals a cold run."""
