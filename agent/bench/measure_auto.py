@@ -53,12 +53,12 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     seeds = [int(s) for s in args.seeds.split(",")]
-    from .. import store
+    from .. import store as model_store
     from ..engine.blas import ensure_openblas
 
     # As the CLI does (may re-exec this module): without it the reference BLAS decodes ~3x
     # slower and speculation's verify pass costs ~K single steps.
-    warning = ensure_openblas("auto", store.home() / "blas-coretype.json")
+    warning = ensure_openblas("auto", model_store.home() / "blas-coretype.json")
     if warning:
         print(warning, file=sys.stderr)
 
