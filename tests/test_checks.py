@@ -354,12 +354,17 @@ LEAD = "calc.py\n```python\ndef add(a, b):"  # the path, a fence, the file's fir
 REST = "\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n```\nAdded mul."
 
 
+def led(**kw):
+    """Whole files, no sandbox, `lead_refused` on (it is off by default) unless `kw` says."""
+    return full_auto(**{"edit_format": "whole", "sandbox": "off", "lead_refused": True, **kw})
+
+
 def test_a_refused_snippet_is_answered_by_a_reply_that_begins_the_file(git_repo):
     """A block refused as a part of the file (a statement copied from the message) is
     answered by a reply that begins with the file's path, a fence and its first line; what
     the model writes after it completes the file, applied and checked as any reply's."""
     model = Leading([STATEMENT, REST])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off", lead_refused=True))
+    conv = conversation(git_repo, model, led())
     events = list(conv.send("add mul to calc.py"))
     assert model.leads_seen == ["", LEAD]
     assert "defines none of the file's functions" in model.seen[1][-1]["content"]  # told why too
@@ -379,8 +384,7 @@ def test_a_lead_only_where_it_can_help(git_repo):
              (dict(max_fix_rounds=0), STATEMENT)]
     for kw, first in cases:
         model = Leading([first, "Done."])
-        cfg = full_auto(edit_format="whole", sandbox="off", fix_mode="repair",
-                        **{"lead_refused": True, **kw})
+        cfg = led(fix_mode="repair", **kw)
         list(conversation(git_repo, model, cfg).send("add mul to calc.py"))
         assert model.leads_seen == (["", ""] if kw.get("max_fix_rounds") != 0 else [""]), kw
     model = Leading([STATEMENT, "Done."])  # off by default
@@ -388,7 +392,7 @@ def test_a_lead_only_where_it_can_help(git_repo):
     list(conversation(git_repo, model, cfg).send("add mul to calc.py"))
     assert model.leads_seen == ["", ""]
     model = ScriptedModel([STATEMENT, "Done."])  # no `leads`: called as before
-    cfg = full_auto(edit_format="whole", sandbox="off", lead_refused=True, fix_mode="repair")
+    cfg = led(fix_mode="repair")
     list(conversation(git_repo, model, cfg).send("add mul to calc.py"))
     assert "not saved" in model.seen[1][-1]["content"]
 
@@ -401,15 +405,13 @@ def test_a_lead_is_used_once_and_a_refused_led_reply_is_led_again_while_rounds_l
     short = "\ndef f9():\n    return 9\n```\n"  # 3 of 26 lines: refused again
     whole = long.removeprefix("# numbers") + "def f9():\n    return 9\n```\n"
     model = Leading([snippet, short, whole])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off", lead_refused=True,
-                                                   max_fix_rounds=2))
+    conv = conversation(git_repo, model, led(max_fix_rounds=2))
     events = list(conv.send("add f9 to big.py"))
     assert model.leads_seen == ["", lead, lead]
     assert (git_repo / "big.py").read_text() == long + "def f9():\n    return 9\n"
     assert events[-1].stop_reason == "answered"
     model = Leading([snippet, short, whole])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off", lead_refused=True,
-                                                   max_fix_rounds=1))
+    conv = conversation(git_repo, model, led(max_fix_rounds=1))
     list(conv.send("add f10 to big.py"))
     assert model.leads_seen == ["", lead]  # the one round is spent
 
@@ -453,7 +455,7 @@ def test_a_led_reply_sampled_again_begins_the_same_way(git_repo):
     model = Leading([LEAD.removeprefix("calc.py\n```python\n").join(["calc.py\n```python\n", REST]),
                      STATEMENT, REST, REST.replace("a * b", "b * a")])
     model.params = Params()
-    cfg = full_auto(edit_format="whole", sandbox="off", lead_refused=True, resample_temperature=0.7)
+    cfg = led(resample_temperature=0.7)
     conv = conversation(git_repo, model, cfg)
     list(conv.send("add mul to calc.py"))  # the first message writes the file with mul
     events = list(conv.send("make mul return b * a in calc.py"))
@@ -465,7 +467,7 @@ def test_a_led_reply_sampled_again_begins_the_same_way(git_repo):
 def test_a_lead_is_for_one_reply(git_repo):
     """The led reply is applied; when it fails a check, the reply to that is not led."""
     model = Leading([STATEMENT, "\n    return a +\n```\n", FIXED])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off", lead_refused=True))
+    conv = conversation(git_repo, model, led())
     events = list(conv.send("add mul to calc.py"))
     assert model.leads_seen == ["", LEAD, ""]
     assert [c.kind for c in events if isinstance(c, CheckRun)][:1] == ["syntax"]
@@ -480,7 +482,7 @@ def test_no_lead_from_a_refusal_the_nudge_answered(git_repo):
     snippet = "big.py\n```python\ndef f9():\n    return 9\n```\n"
     whole = "big.py\n```python\n" + long + "def f9():\n    return 9\n```\n"
     model = Leading([snippet, "Done.", snippet, whole, "Done."])
-    cfg = full_auto(edit_format="whole", sandbox="off", lead_refused=True, resample_temperature=0.7)
+    cfg = led(resample_temperature=0.7)
     conv = conversation(git_repo, model, cfg)
     list(conv.send("add f9 to big.py"))  # snippet refused, then led (the led reply: "Done.")
     events = list(conv.send("add f9 to big.py, really"))  # the same snippet again: nudged
@@ -498,14 +500,13 @@ def test_where_fix_mode_resamples_the_led_reply_is_a_fresh_sample(git_repo):
         """Leading's lead, then Sampled's reply (its temperature recorded)."""
 
     model = LeadingSampled([STATEMENT, REST])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off", lead_refused=True))
+    conv = conversation(git_repo, model, led())
     list(conv.send("add mul to calc.py"))
     assert model.leads_seen == ["", LEAD] and model.temps == [0.0, 0.7]
     assert model.seen[1] == model.seen[0]  # the message alone
     assert "def mul" in (git_repo / "calc.py").read_text()
     model = LeadingSampled([STATEMENT, REST.replace("a * b", "b * a")])
-    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off", lead_refused=True,
-                                                   fix_mode="repair"))
+    conv = conversation(git_repo, model, led(fix_mode="repair"))
     list(conv.send("make mul return b * a"))
     assert model.leads_seen == ["", LEAD] and model.temps == [0.0, 0.0]
     assert "not saved" in model.seen[1][-1]["content"]

@@ -339,9 +339,11 @@ def test_draft_stops_early_when_unsure(pair):
     assert stats.drafted == stats.rounds  # the first token of a round is always drafted
 
 
-def _draft_top_probs(draft: LoadedModel, history: list[int], n: int) -> tuple[list[int], list[float]]:
-    """The draft's own greedy continuation of `history`, step by step on a fresh cache, with
-    the top probability of each step."""
+def _draft_top_probs(draft: LoadedModel, history: list[int], n: int,
+                     fed: list[int] | None = None) -> tuple[list[int], list[float]]:
+    """The draft's own greedy continuation of `history` (or the `fed` tokens, when given),
+    step by step on a fresh cache, with the draft's probability of each token at its step
+    (greedy: the step's top probability), before any temperature."""
     from mlx_lm.models.cache import make_prompt_cache
 
     from agent.engine.step import forward, prefill
@@ -349,12 +351,12 @@ def _draft_top_probs(draft: LoadedModel, history: list[int], n: int) -> tuple[li
     cache = make_prompt_cache(draft.model)
     prefill(draft.model, history[:-1], cache)
     toks, probs, last = [], [], history[-1]
-    for _ in range(n):
+    for i in range(n):
         lp = forward(draft.model, [last], cache)[-1, : draft.vocab_size]
         lp = lp - mx.logsumexp(lp)
-        last = int(mx.argmax(lp).item())
+        last = int(mx.argmax(lp).item()) if fed is None else fed[i]
         toks.append(last)
-        probs.append(math.exp(mx.max(lp).item()))
+        probs.append(math.exp(lp[last].item()))
     return toks, probs
 
 
@@ -381,23 +383,13 @@ def test_a_sampled_round_ends_by_the_untempered_probability_of_each_drawn_token(
     """At a temperature the draft draws from its sharpened distribution, where a token it is
     unsure of reads near 1; the round's confidence is the product of the drawn tokens'
     probabilities before temperature, so the round ends where the draft is unsure."""
-    from mlx_lm.models.cache import make_prompt_cache
-
-    from agent.engine.step import forward, prefill
-
     _, draft = pair
     history = Session(draft).render([{"role": "user", "content": "floor"}])
     params = SamplingParams(temperature=0.1)
     mx.random.seed(7)
     free = DraftModel(draft, min_confidence=0.0).propose(history, 12, params)
     assert len(free.tokens) == 12
-    cache = make_prompt_cache(draft.model)
-    prefill(draft.model, history[:-1], cache)
-    raw, last = [], history[-1]
-    for tok in free.tokens:
-        lp = forward(draft.model, [last], cache)[-1, : draft.vocab_size]
-        raw.append(math.exp((lp[tok] - mx.logsumexp(lp)).item()))
-        last = tok
+    _, raw = _draft_top_probs(draft, history, 12, fed=free.tokens)
     tempered = [math.exp(free.logq[i, t].item()) for i, t in enumerate(free.tokens)]
     raw_sure = [math.prod(raw[: i + 1]) for i in range(12)]
     tempered_sure = [math.prod(tempered[: i + 1]) for i in range(12)]
