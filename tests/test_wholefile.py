@@ -9,6 +9,7 @@ import pytest
 from scripted import ScriptedModel, conversation, full_auto, git_repo  # noqa: F401
 
 from agent.config import Config
+from agent.core.pymerge import splice
 from agent.core.wholefile import FileBlock, judge, parse_blocks, prose
 from agent.events import AgentResult, GitAction, ToolCallFinished, Warning
 
@@ -218,3 +219,76 @@ def test_a_word_called_a_function_is_looked_up_only_where_a_file_defines_it(git_
     list(conv.send("In calc.py the function returns a wrong sign: fix it."))
     msg = model.seen[1][-1]["content"]
     assert "Where the names in the message occur" not in msg and '<file path="log.py">' not in msg
+
+
+GRAPH = '''"""A graph."""
+import os
+
+NODE, EDGE, ATTR = range(3)
+
+
+class Node:
+    def __init__(self, name, attrs):
+        self.name = name
+        self.attrs = attrs
+
+
+@dataclass
+class Graph:
+    def __init__(self, data=None):
+        pass
+
+
+def helper():
+    """Help."""
+    return os.sep
+'''
+
+
+def test_splice_replaces_the_definitions_a_fragment_gives_and_keeps_the_rest():
+    frag = ("import re\n\nclass Graph:\n    def __init__(self, data=None):\n"
+            "        self.data = data or []\n\n\ndef extra():\n    return re.escape('.')\n")
+    out = splice(GRAPH, frag)
+    assert out == GRAPH.replace("import os\n", "import os\nimport re\n").replace(
+        "@dataclass\nclass Graph:\n    def __init__(self, data=None):\n        pass\n",
+        "class Graph:\n    def __init__(self, data=None):\n        self.data = data or []\n",
+    ) + "\n\ndef extra():\n    return re.escape('.')\n"
+    # a constant is replaced where it stands; an import the file has is not added twice
+    out = splice(GRAPH, "import os\nNODE, EDGE, ATTR = 1, 2, 3\n\ndef helper():\n    return 1\n")
+    assert "NODE, EDGE, ATTR = 1, 2, 3\n" in out and out.count("import os") == 1
+    assert "def helper():\n    return 1\n" in out and "class Node:" in out
+
+
+@pytest.mark.parametrize("frag", [
+    "def other():\n    pass\n",  # revises nothing the file defines
+    "NODE = 5\n",  # a constant alone is not a revision of the module's code
+    "x = helper()\nprint(x)\n",  # statements, not definitions
+    "def helper():\n    pass\nif __name__ == '__main__':\n    helper()\n",
+    "    def __init__(self):\n        pass\n",  # a method: does not parse at the top level
+    "def helper(:\n",  # broken
+    "NODE = 1\n\ndef helper():\n    pass\n",  # one name of `NODE, EDGE, ATTR = ...`
+    "def helper():\n    pass\n\n\ndef helper():\n    return 2\n",  # the same name twice
+    GRAPH.replace("import os\n", ""),  # ... the whole file, the same definitions: not a splice
+])
+def test_splice_takes_only_a_set_of_definitions_revising_the_file(frag):
+    assert splice(GRAPH, frag) is None
+    assert splice("def f():\n    pass\n\n\ndef f():\n    return 1\n", "def f():\n    return 2\n") is None
+
+
+def test_a_fragment_of_a_module_is_spliced_into_it(git_repo):
+    body = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(6))
+    (git_repo / "many.py").write_text(body)
+    subprocess.run(["git", "add", "many.py"], cwd=git_repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "many"], cwd=git_repo, check=True)
+    assert "not applied" in judge(FileBlock("many.py", "def f3(x):\n    return x * 3\n"), git_repo)
+    reply = fenced("many.py", "def f3(x):\n    return x * 3\n") + "f3 now multiplies."
+    conv = conversation(git_repo, ScriptedModel([reply]), full_auto(edit_format="whole", sandbox="off"))
+    events = list(conv.send("Make f3 in many.py multiply"))
+    assert (git_repo / "many.py").read_text() == body.replace("x + 3", "x * 3")
+    assert any(isinstance(e, Warning) and "spliced" in e.message for e in events)
+    assert [e.name for e in events if isinstance(e, ToolCallFinished)] == ["write_file"]
+    # the diff format takes no whole blocks for existing files, spliced or not
+    conv = conversation(git_repo, ScriptedModel([fenced("many.py", "def f4(x):\n    return 0\n")]),
+                        full_auto(edit_format="diff", sandbox="off"))
+    list(conv.send("Make f4 in many.py return 0"))
+    assert "return x + 4" in (git_repo / "many.py").read_text()

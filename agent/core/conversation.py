@@ -44,7 +44,7 @@ from .attach import ADDED, ATTACHED, attach_mentions
 from .prompt import system_prompt
 from .resample import at_temperature, can_resample
 from .searchreplace import FIX_HOW, apply_edits, is_edit_fence, parse_edits, whole_fixes, whole_verdict
-from .wholefile import is_snippet, judge, lead, leads_to, parse_blocks, prose, quotes
+from .wholefile import is_snippet, judge, lead, leads_to, parse_blocks, prose, quotes, spliced
 from ..choices import BLOCK_EDIT_FORMATS
 
 
@@ -560,8 +560,13 @@ class Conversation:
         for block in parse_blocks(text, default, skip):
             if block.path in edited:  # the reply's edit blocks for it win
                 continue
-            verdict = (judge(block, self.root, run.shown.get(block.path)) if fmt == "whole"
-                       else whole_verdict(block, self.root, fmt))
+            verdict = judge(block, self.root, run.shown.get(block.path))
+            if fmt != "diff" and is_snippet(verdict) and (whole := spliced(block, self.root)):
+                yield Warning(f"the code block for {block.path} is only some of its definitions; "
+                              "spliced them into the file")
+                block, verdict = whole, ""
+            elif fmt != "whole":
+                verdict = whole_verdict(block, self.root, fmt)
             if verdict == "same":
                 run.same.append(block.path)
                 # (UNCHANGED asks for the whole file again, which "diff" does not take)

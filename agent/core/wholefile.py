@@ -21,7 +21,8 @@ every top-level function and class the file does: a whole rewrite), and for an e
 Python file that defines functions or classes, a block that defines none (a snippet, not the
 whole file: small models copy an example statement from the instructions as the file) are
 not applied; the latter two are reported (and, unless the block only quotes the file's own
-lines, the model is told, see `quotes`).
+lines, the model is told, see `quotes`). A Python snippet that redefines some of the file's
+functions or classes is spliced into the file instead (`spliced`).
 """
 
 from __future__ import annotations
@@ -198,6 +199,23 @@ def judge(block: FileBlock, root: Path, shown: str | None = None) -> str:
             return (f"the code block for {block.path} defines none of the file's functions and "
                     f"classes ({shown}): " + SNIPPET)
     return ""
+
+
+def spliced(block: FileBlock, root: Path) -> FileBlock | None:
+    """A Python block that is only some of the file's definitions, spliced into the file as it
+    is (core/pymerge.py), or None where it is not one."""
+    from tools._paths import PathError, confine
+
+    from .pymerge import splice
+
+    if not block.path.endswith((".py", ".pyi")):
+        return None
+    try:
+        old = confine(root, block.path).read_text(encoding="utf-8")
+    except (PathError, OSError, UnicodeDecodeError, ValueError):
+        return None
+    text = splice(old, block.content)
+    return None if text is None else FileBlock(block.path, text)
 
 
 def is_snippet(verdict: str) -> bool:
