@@ -34,8 +34,11 @@ TEST_CMD = f"{sys.executable} -m unittest -q calc_test"  # (pytest's summary: te
 
 
 def _setup(root):
+    # calc.py defines add alone, so each reply below is the whole file (a reply that left a
+    # function out would have it put back: core/pymerge.py)
+    (root / "calc.py").write_text("def add(a, b):\n    return b + a\n")
     (root / "calc_test.py").write_text(TESTS)
-    subprocess.run(["git", "add", "calc_test.py"], cwd=root, check=True)
+    subprocess.run(["git", "add", "calc.py", "calc_test.py"], cwd=root, check=True)
     subprocess.run(["git", "commit", "-qm", "tests"], cwd=root, check=True)
 
 

@@ -112,7 +112,8 @@ def test_a_fragment_that_drops_imported_functions_goes_back(git_repo):
              "def sub(a, b):\n    return a - b\n\n\ndef mul(a, b):\n    return a * b\n```\n")
     model = ScriptedModel([fragment, whole])
     conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
-    checks, result = _run(conv)
+    # (a message that may want definitions gone: the rewrite is taken as it is, core/pymerge.py)
+    checks, result = _run(conv, "replace calc.py's functions with mul")
     assert [(c.kind, c.ok, c.fed_back) for c in checks] == [("syntax", True, False),
                                                             ("names", False, True),
                                                             ("syntax", True, False)]
@@ -120,6 +121,20 @@ def test_a_fragment_that_drops_imported_functions_goes_back(git_repo):
     assert "calc.py does not define `add`, `sub`, which calc_test.py imports from it" in fed
     assert "```" not in fed and "whole corrected file" in fed
     assert result.stop_reason == "answered" and "def mul" in (git_repo / "calc.py").read_text()
+
+
+def test_a_rewrite_that_leaves_definitions_out_keeps_them_unless_asked(git_repo):
+    """Where the message asks for nothing to go, the functions a rewrite leaves out are put
+    back, so nothing breaks and nothing goes back to the model."""
+    before = (git_repo / "calc.py").read_text()
+    fragment = "calc.py\n```python\ndef mul(a, b):\n    return a * b\n```\n"
+    model = ScriptedModel([fragment])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    events = list(conv.send("add mul to calc.py"))
+    assert (git_repo / "calc.py").read_text() == before + "\n\ndef mul(a, b):\n    return a * b\n"
+    assert any(isinstance(e, Warning) and "leaves out add, sub" in e.message for e in events)
+    assert not [e for e in events if isinstance(e, CheckRun) and not e.ok]
+    assert events[-1].stop_reason == "answered" and len(model.seen) == 1
 
 
 def test_a_statement_written_as_the_module_is_refused_and_goes_back(git_repo):
@@ -229,7 +244,8 @@ def test_an_edit_that_drops_imported_constants_hears_of_both_checks(git_repo):
              "    return EQUAL if a == b else UNEQUAL\n```\n")
     model = ScriptedModel([dropped, fixed])
     conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
-    events = list(conv.send("fix kinds.py"))
+    # ("rewrite": the message may want definitions gone, so the rewrite is taken as it is)
+    events = list(conv.send("rewrite kinds.py so that kind works"))
     checks, result = [e for e in events if isinstance(e, CheckRun)], events[-1]
     if not any(c.kind == "ruff" for c in checks):
         pytest.skip("ruff is not installed")
@@ -281,7 +297,9 @@ def test_a_reply_that_implements_nothing_goes_back_as_a_stubs_failure(git_repo):
     assert "calc.py:1: `add` has no implementation" in stub[0].output
     fed = model.seen[1][-1]["content"]
     assert "leaves functions unimplemented" in fed and "`add`" in fed
-    assert (git_repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+    # (sub, which the replies leave out, is kept: core/pymerge.py)
+    assert (git_repo / "calc.py").read_text() == ("def add(a, b):\n    return a + b\n\n\n"
+                                                  "def sub(a, b):\n    return a - b\n")
 
 
 def test_the_stubs_check_spares_what_the_message_did_not_ask_for(tmp_path):

@@ -32,6 +32,8 @@ class Sampled(ScriptedModel):
 
 CODE = "calc.py\n```python\ndef add(a, b):\n    return a - b\n```\n"
 OTHER = "calc.py\n```python\ndef add(a, b):\n    return b + a\n```\n"
+# calc.py once OTHER is written: sub, which the replies leave out, is kept (core/pymerge.py)
+AFTER_OTHER = "def add(a, b):\n    return b + a\n\n\ndef sub(a, b):\n    return a - b\n"
 
 
 def test_a_reply_repeating_an_earlier_one_is_sampled_again(git_repo):
@@ -44,7 +46,7 @@ def test_a_reply_repeating_an_earlier_one_is_sampled_again(git_repo):
     assert model.temps == [0.0, 0.0, 0.7] and model.params.temperature == 0.0
     assert len(model.seeds) == 1
     assert [m["content"] for m in conv.messages if m["role"] == "assistant"][-1] == OTHER
-    assert (git_repo / "calc.py").read_text() == "def add(a, b):\n    return b + a\n"
+    assert (git_repo / "calc.py").read_text() == AFTER_OTHER
 
 
 def test_resampling_is_bounded_and_can_be_off(git_repo):
@@ -80,7 +82,7 @@ def test_a_repeat_that_survives_resampling_is_pointed_out_once(git_repo):
     assert model.temps == [0.0, 0.0, 0.7, 0.7, 0.0]  # then the nudge, greedy again
     nudge = model.seen[-1][-1]
     assert nudge["role"] == "user" and "the same as in your earlier reply" in nudge["content"]
-    assert (git_repo / "calc.py").read_text() == "def add(a, b):\n    return b + a\n"
+    assert (git_repo / "calc.py").read_text() == AFTER_OTHER
     assert events[-1].stop_reason == "answered"
 
 
@@ -91,4 +93,4 @@ def test_the_same_code_under_other_words_is_sampled_again(git_repo):
     events = list(conv.send("the tests fail, fix add"))
     assert any("code repeats an earlier" in e.message for e in events if isinstance(e, Warning))
     assert model.temps == [0.0, 0.0, 0.7]
-    assert (git_repo / "calc.py").read_text() == "def add(a, b):\n    return b + a\n"
+    assert (git_repo / "calc.py").read_text() == AFTER_OTHER

@@ -9,7 +9,7 @@ import pytest
 from scripted import ScriptedModel, conversation, full_auto, git_repo  # noqa: F401
 
 from agent.config import Config
-from agent.core.pymerge import splice
+from agent.core.pymerge import restore, splice
 from agent.core.wholefile import FileBlock, judge, parse_blocks, prose
 from agent.events import AgentResult, GitAction, ToolCallFinished, Warning
 
@@ -292,3 +292,68 @@ def test_a_fragment_of_a_module_is_spliced_into_it(git_repo):
                         full_auto(edit_format="diff", sandbox="off"))
     list(conv.send("Make f4 in many.py return 0"))
     assert "return x + 4" in (git_repo / "many.py").read_text()
+
+
+def test_splice_goes_into_a_class_member_by_member():
+    old = ("class Account:\n    \"\"\"Money.\"\"\"\n\n    RATE = 1\n\n    def __init__(self):\n"
+           "        self.balance = 0\n\n    def deposit(self, n):\n        pass\n\n"
+           "    def close(self):\n        pass\n\n\ndef helper():\n    pass\n")
+    frag = ("class Account(Base):\n    \"\"\"Money, kept.\"\"\"\n\n    def deposit(self, n):\n"
+            "        self.balance += n\n\n    def report(self):\n        return self.balance\n")
+    out = splice(old, frag)
+    assert out == (
+        "class Account(Base):\n    \"\"\"Money, kept.\"\"\"\n\n    RATE = 1\n\n    def __init__(self):\n"
+        "        self.balance = 0\n\n    def deposit(self, n):\n        self.balance += n\n\n"
+        "    def close(self):\n        pass\n\n    def report(self):\n        return self.balance\n"
+        "\n\ndef helper():\n    pass\n")
+    # a class the fragment adds, and one it revises, both at the end of the file
+    out = splice("class A:\n    def f(self):\n        pass\n",
+                 "class A:\n    def g(self):\n        pass\n\n\nclass B:\n    pass\n")
+    assert out == ("class A:\n    def f(self):\n        pass\n\n    def g(self):\n        pass\n"
+                   "\n\nclass B:\n    pass\n")
+    # a statement in a class body is not a definition; indentation that does not fit fails to parse
+    assert splice(old, "class Account:\n    x = 1\n    print(x)\n") is None
+    assert splice(old, "class Account:\n  def close(self):\n    return 1\n") is None
+
+
+def test_restore_puts_back_what_a_rewrite_leaves_out_where_it_stood():
+    old = ('"""Doc."""\nNODE, EDGE = range(2)\n\n\nclass Node:\n    def __init__(self, name):\n'
+           "        self.name = name\n\n    def __eq__(self, other):\n        return True\n\n\n"
+           "class Graph:\n    def __init__(self, data=None):\n        pass\n\n\n"
+           "def helper():\n    pass\n")
+    new = ('"""Better doc."""\n\n\nclass Node:\n    """A node."""\n\n    def __eq__(self, other):\n'
+           "        return self.name == other.name\n\n\nclass Graph:\n"
+           "    def __init__(self, data=None):\n        self.data = data\n")
+    out, kept = restore(old, new)
+    assert kept == ["NODE", "EDGE", "__init__", "helper"]
+    assert out == ('"""Better doc."""\n\n\nNODE, EDGE = range(2)\n\n\nclass Node:\n    """A node."""\n\n'
+                   "    def __init__(self, name):\n        self.name = name\n\n"
+                   "    def __eq__(self, other):\n        return self.name == other.name\n\n\n"
+                   "class Graph:\n    def __init__(self, data=None):\n        self.data = data\n\n\n"
+                   "def helper():\n    pass\n")
+    assert restore(old, old) is None and restore(old, "def broken(:\n") is None
+    # a name defined another way (imported, assigned in a branch) is not left out
+    assert restore("def f():\n    pass\n\n\ndef g():\n    pass\n",
+                   "from lib import f\n\n\ndef g():\n    return 1\n") is None
+
+
+@pytest.mark.parametrize("message, kept", [
+    ("Add a docstring to every method of Shape in shapes.py", True),
+    ("Remove the unused method area from Shape", False),
+    ("Rename area to surface", False),
+    ("Move area into geometry.py", False),
+])
+def test_a_rewrite_that_drops_a_method_keeps_it_unless_the_message_may_want_it_gone(git_repo, message, kept):
+    shape = ("class Shape:\n    def __init__(self, w, h):\n        self.w, self.h = w, h\n\n"
+             "    def area(self):\n        return self.w * self.h\n\n"
+             "    def name(self):\n        return 'shape'\n")
+    (git_repo / "shapes.py").write_text(shape)
+    subprocess.run(["git", "add", "shapes.py"], cwd=git_repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "shapes"], cwd=git_repo, check=True)
+    reply = fenced("shapes.py", "class Shape:\n    def __init__(self, w, h):\n        self.w, self.h = w, h\n\n"
+                   "    def name(self):\n        \"\"\"Its name.\"\"\"\n        return 'shape'\n")
+    conv = conversation(git_repo, ScriptedModel([reply]), full_auto(edit_format="whole", sandbox="off"))
+    events = list(conv.send(message))
+    text = (git_repo / "shapes.py").read_text()
+    assert '"""Its name."""' in text and ("def area(self)" in text) == kept
+    assert any(isinstance(e, Warning) and "leaves out area" in e.message for e in events) == kept

@@ -40,11 +40,12 @@ from .budget import Budget
 from .snapshots import SnapshotError, SnapshotStore
 from .callformat import ParsedCall, format_result, parse_calls, strip_calls
 from .preview import approval_request, scope_keys
-from .attach import ADDED, ATTACHED, attach_mentions
+from .attach import ADDED, ATTACHED, attach_mentions, typed_text
 from .prompt import system_prompt
 from .resample import at_temperature, can_resample
 from .searchreplace import FIX_HOW, apply_edits, is_edit_fence, parse_edits, whole_fixes, whole_verdict
-from .wholefile import is_snippet, judge, lead, leads_to, parse_blocks, prose, quotes, spliced
+from .wholefile import (is_snippet, judge, lead, leads_to, parse_blocks, prose, quotes, restored,
+                        spliced)
 from ..choices import BLOCK_EDIT_FORMATS
 
 
@@ -374,7 +375,6 @@ class Conversation:
         message asks to fix tests of its own that fail and they still fail when run again
         ('' otherwise; a fix made through the shell shows as passing tests): a small model
         often explains the fix and writes nothing."""
-        from .attach import typed_text
         from .checks import shell
         from .testcmd import asks_fix
 
@@ -405,7 +405,7 @@ class Conversation:
             return self.cfg.test_cmd, False
         if getattr(self.ctx, "sandbox", "off") == "off":
             return "", False
-        from .attach import repo_files, typed_text
+        from .attach import repo_files
         from .testcmd import infer, says_failing
 
         said = False
@@ -560,13 +560,21 @@ class Conversation:
         for block in parse_blocks(text, default, skip):
             if block.path in edited:  # the reply's edit blocks for it win
                 continue
-            verdict = judge(block, self.root, run.shown.get(block.path))
-            if fmt != "diff" and is_snippet(verdict) and (whole := spliced(block, self.root)):
+            shown = run.shown.get(block.path)
+            verdict = judge(block, self.root, shown)
+            if fmt != "diff" and is_snippet(verdict) and (whole := spliced(block, self.root, shown)):
                 yield Warning(f"the code block for {block.path} is only some of its definitions; "
                               "spliced them into the file")
                 block, verdict = whole, ""
             elif fmt != "whole":
                 verdict = whole_verdict(block, self.root, fmt)
+            if (verdict == "" and fmt != "diff"
+                    and (kept := restored(block, self.root, typed_text(run.task), shown))):
+                block, names = kept
+                listed = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
+                yield Warning(f"the code block for {block.path} leaves out {listed}, which the "
+                              "message does not ask to remove; kept them")
+                verdict = "same" if judge(block, self.root) == "same" else ""
             if verdict == "same":
                 run.same.append(block.path)
                 # (UNCHANGED asks for the whole file again, which "diff" does not take)

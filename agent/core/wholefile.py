@@ -22,7 +22,9 @@ Python file that defines functions or classes, a block that defines none (a snip
 whole file: small models copy an example statement from the instructions as the file) are
 not applied; the latter two are reported (and, unless the block only quotes the file's own
 lines, the model is told, see `quotes`). A Python snippet that redefines some of the file's
-functions or classes is spliced into the file instead (`spliced`).
+functions or classes is spliced into the file instead (`spliced`), and a rewrite that leaves
+some of the file's definitions out, where the message asks for nothing to go, keeps them
+(`restored`): small models drop the code they did not change.
 """
 
 from __future__ import annotations
@@ -201,9 +203,10 @@ def judge(block: FileBlock, root: Path, shown: str | None = None) -> str:
     return ""
 
 
-def spliced(block: FileBlock, root: Path) -> FileBlock | None:
+def spliced(block: FileBlock, root: Path, shown: str | None = None) -> FileBlock | None:
     """A Python block that is only some of the file's definitions, spliced into the file as it
-    is (core/pymerge.py), or None where it is not one."""
+    is (core/pymerge.py), or None where it is not one. `shown`: as for `judge`, the file as
+    the reply read it, which is what the block is spliced into."""
     from tools._paths import PathError, confine
 
     from .pymerge import splice
@@ -211,11 +214,38 @@ def spliced(block: FileBlock, root: Path) -> FileBlock | None:
     if not block.path.endswith((".py", ".pyi")):
         return None
     try:
-        old = confine(root, block.path).read_text(encoding="utf-8")
+        old = confine(root, block.path).read_text(encoding="utf-8") if shown is None else shown
     except (PathError, OSError, UnicodeDecodeError, ValueError):
         return None
     text = splice(old, block.content)
     return None if text is None else FileBlock(block.path, text)
+
+
+# A message that may want definitions gone: a whole rewrite that leaves some out is its answer.
+REMOVES = re.compile(r"\b(?:remov|delet|drop|renam|replac|unused|dead|get rid|eliminat|merg|inlin|"
+                     r"mov|refactor|clean|strip|prun|consolidat|split|extract|rewrit|simplif|"
+                     r"reorganis|reorganiz|restructur)", re.IGNORECASE)
+
+
+def restored(block: FileBlock, root: Path, message: str,
+             shown: str | None = None) -> tuple[FileBlock, list[str]] | None:
+    """A Python block that rewrites the file but leaves out some of its functions, classes,
+    methods or assignments, with those put back (core/pymerge.py), and their names; None
+    where it leaves none out, or where `message` (what the person typed) may ask for
+    definitions to go (remove, rename, move, refactor, ...). `shown`: as for `judge`, the
+    file as the reply read it (what it can have left out)."""
+    from tools._paths import PathError, confine
+
+    from .pymerge import restore
+
+    if not block.path.endswith((".py", ".pyi")) or REMOVES.search(message):
+        return None
+    try:
+        old = confine(root, block.path).read_text(encoding="utf-8") if shown is None else shown
+    except (PathError, OSError, UnicodeDecodeError, ValueError):
+        return None
+    out = restore(old, block.content)
+    return None if out is None else (FileBlock(block.path, out[0]), out[1])
 
 
 def is_snippet(verdict: str) -> bool:
