@@ -618,3 +618,28 @@ def test_arms_count_a_round_only_for_the_kind_that_drafted_it():
     spec._note_round(3, 0.1)
     assert spec.tree_arms["lookup"].sums["chain"][2] == 0 and "model" not in spec.tree_arms
     assert spec._last_kind == "model"
+
+
+def test_a_sampled_nodes_estimate_is_its_untempered_probability():
+    """At a temperature the tree scores each drawn node by the draft's probability of that
+    token before temperature and filters, as a chain round's stop does; greedy, the top two."""
+    from agent.engine.tree_draft import _choices
+
+    logits = mx.log(mx.array([[0.6, 0.3, 0.05, 0.05, 0, 0, 0, 0]]) + 1e-30)
+    raw = [0.6, 0.3, 0.05, 0.05]
+    greedy = _choices(_Tiny(), logits, [], [1], SamplingParams(), None, close=0.4)
+    assert [t for t, _, _ in greedy] == [0, 1]
+    assert [p for _, _, p in greedy] == pytest.approx([0.6, 0.3], rel=1e-4)
+    mx.random.seed(7)
+    sharp = SamplingParams(temperature=0.5, top_p=0.95)
+    for _ in range(20):
+        kids = _choices(_Tiny(), logits, [], [1], sharp, None, close=0.4)
+        assert len(kids) == 2 and kids[0][0] != kids[1][0]
+        for tok, lq, p in kids:
+            assert p == pytest.approx(raw[tok], rel=1e-4)  # at T=0.5 the 0.6 token is ~0.8
+    # 0.3 is under 0.6 of 0.6: not close, one child
+    one = _choices(_Tiny(), logits, [], [1], SamplingParams(temperature=0.3), None, close=0.6)
+    assert len(one) == 1
+    # a nucleus of one token has no second child to draw
+    alone = _choices(_Tiny(), logits, [], [1], SamplingParams(temperature=1.0, top_p=0.5), None, close=0.1)
+    assert [t for t, _, _ in alone] == [0] and alone[0][2] == pytest.approx(0.6, rel=1e-4)

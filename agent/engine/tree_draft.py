@@ -42,7 +42,11 @@ def _choices(dm, logits: mx.array, path: list[int], history: Sequence[int],
              params: SamplingParams, constraint,
              close: float) -> list[tuple[int, mx.array | None, float]]:
     """A node's first and (when close) second child from its (1, m) draft logits:
-    [(token id, logq row (V,) or None when greedy, probability estimate)]."""
+    [(token id, logq row (V,) or None when greedy, probability estimate)]. The estimate, and
+    whether the two are close, read the draft's distribution before temperature and filters
+    (after the grammar's mask and the repetition penalty), as a chain round's stop does:
+    sharpened, a 0.8 token reads ~1.0 and the tree would grow on through the forks where
+    the target goes elsewhere."""
     head = dm.head
     if constraint is not None:
         mask = fit_width(constraint.masks(path)[-1:], dm.vocab_limit)
@@ -51,28 +55,29 @@ def _choices(dm, logits: mx.array, path: list[int], history: Sequence[int],
         logits = apply_mask(logits, mask)
     if params.penalized:
         logits = dm._penalized(logits, [*history, *path], params)
-    if params.greedy:
-        lp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-    else:
-        lp = log_probs(logits, params)
+    raw = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    lp = raw if params.greedy else log_probs(logits, params)
+    sure = np.exp(np.array(raw[0].astype(mx.float32)))
     row = np.array(lp[0].astype(mx.float32))
     if not np.isfinite(row).any():  # nothing allowed
         return []
-    top = np.argpartition(-row, 1)[:2] if row.size > 1 else np.array([0])
-    top = top[np.argsort(-row[top])]
-    probs = np.exp(row[top])
-    second = len(top) > 1 and probs[1] > 0 and probs[1] >= close * probs[0]
+    top = np.argpartition(-sure, 1)[:2] if sure.size > 1 else np.array([0])
+    top = top[np.argsort(-sure[top])]
+    # a second child needs a second token the sampling distribution allows
+    second = (len(top) > 1 and sure[top[1]] > 0 and sure[top[1]] >= close * sure[top[0]]
+              and (params.greedy or np.count_nonzero(np.isfinite(row)) > 1))
     if params.greedy:
-        picks = [(int(top[0]), None, float(probs[0]))]
+        picks = [(int(top[0]), None, float(sure[top[0]]))]
         if second:
-            picks.append((int(top[1]), None, float(probs[1])))
-    else:  # draws; the probabilities are the distribution's top two, not the draws'
+            picks.append((int(top[1]), None, float(sure[top[1]])))
+    else:  # draws, each with its own probability before temperature and filters
         x1 = int(mx.random.categorical(lp[0]).item())
-        picks = [(x1, lp[0], float(probs[0]))]
+        picks = [(x1, lp[0], float(sure[x1]))]
         if second:
             rest = mx.where(mx.arange(lp.shape[-1]) == x1, -mx.inf, lp[0])
             rest = rest - mx.logsumexp(rest)
-            picks.append((int(mx.random.categorical(rest).item()), rest, float(probs[1])))
+            x2 = int(mx.random.categorical(rest).item())
+            picks.append((x2, rest, float(sure[x2])))
     out = []
     for tok, lq, p in picks:
         if head is not None:
