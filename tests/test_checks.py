@@ -289,6 +289,8 @@ STUB = "calc.py\n```python\ndef add(a, b):\n    # your code here\n    pass\n```\
 
 
 def test_a_reply_that_implements_nothing_goes_back_as_a_stubs_failure(git_repo):
+    # (add is to be written: a stub for an implemented add would get the file's back, core/pymerge.py)
+    (git_repo / "calc.py").write_text("def add(a, b):\n    pass\n\n\ndef sub(a, b):\n    return a - b\n")
     model = ScriptedModel([STUB, FIXED])
     conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
     checks, result = _run(conv, "implement add in calc.py")

@@ -249,10 +249,12 @@ def test_splice_replaces_the_definitions_a_fragment_gives_and_keeps_the_rest():
     frag = ("import re\n\nclass Graph:\n    def __init__(self, data=None):\n"
             "        self.data = data or []\n\n\ndef extra():\n    return re.escape('.')\n")
     out = splice(GRAPH, frag)
+    # Graph keeps its decorator (the fragment gives none); extra, new, goes where the
+    # fragment has it: after Graph, before helper
     assert out == GRAPH.replace("import os\n", "import os\nimport re\n").replace(
-        "@dataclass\nclass Graph:\n    def __init__(self, data=None):\n        pass\n",
-        "class Graph:\n    def __init__(self, data=None):\n        self.data = data or []\n",
-    ) + "\n\ndef extra():\n    return re.escape('.')\n"
+        "class Graph:\n    def __init__(self, data=None):\n        pass\n",
+        "class Graph:\n    def __init__(self, data=None):\n        self.data = data or []\n\n\n"
+        "def extra():\n    return re.escape('.')\n")
     # a constant is replaced where it stands; an import the file has is not added twice
     out = splice(GRAPH, "import os\nNODE, EDGE, ATTR = 1, 2, 3\n\ndef helper():\n    return 1\n")
     assert "NODE, EDGE, ATTR = 1, 2, 3\n" in out and out.count("import os") == 1
@@ -304,7 +306,7 @@ def test_splice_goes_into_a_class_member_by_member():
     assert out == (
         "class Account(Base):\n    \"\"\"Money, kept.\"\"\"\n\n    RATE = 1\n\n    def __init__(self):\n"
         "        self.balance = 0\n\n    def deposit(self, n):\n        self.balance += n\n\n"
-        "    def close(self):\n        pass\n\n    def report(self):\n        return self.balance\n"
+        "    def report(self):\n        return self.balance\n\n    def close(self):\n        pass\n"
         "\n\ndef helper():\n    pass\n")
     # a class the fragment adds, and one it revises, both at the end of the file
     out = splice("class A:\n    def f(self):\n        pass\n",
@@ -357,3 +359,138 @@ def test_a_rewrite_that_drops_a_method_keeps_it_unless_the_message_may_want_it_g
     text = (git_repo / "shapes.py").read_text()
     assert '"""Its name."""' in text and ("def area(self)" in text) == kept
     assert any(isinstance(e, Warning) and "leaves out area" in e.message for e in events) == kept
+
+
+# ---- what splice and restore must not do (an adversarial review's cases) ------------------
+
+LOAD = ("import sys\n\n\ndef load(path):\n    with open(path) as f:\n        data = f.read()\n"
+        "    rows = [line.split(',') for line in data.splitlines()]\n    return rows\n\n\n"
+        "def main():\n    rows = load(sys.argv[1])\n    print(len(rows))\n")
+
+
+def _members(text, cls):
+    import ast
+
+    node = next(n for n in ast.parse(text).body if isinstance(n, ast.ClassDef) and n.name == cls)
+    return [m.name for m in node.body if hasattr(m, "name")]
+
+
+@pytest.mark.parametrize("frag", [
+    "def load(path): ...\n\n\ndef main():\n    rows = load(sys.argv[1])\n    print(len(rows), 'rows')\n",
+    "def load(path):\n    # ... existing code ...\n    return rows\n",
+    "def load(path):\n    pass\n\n\ndef main():\n    print(len(load(sys.argv[1])), 'rows')\n",
+])
+def test_splice_never_replaces_code_with_a_placeholder(frag):
+    assert splice(LOAD, frag) is None
+
+
+def test_restore_puts_the_code_back_where_a_rewrite_has_a_placeholder():
+    new = LOAD.replace("    with open(path) as f:\n        data = f.read()\n"
+                       "    rows = [line.split(',') for line in data.splitlines()]\n    return rows\n",
+                       "    ...\n").replace("print(len(rows))", "print(len(rows), 'rows')")
+    out, kept = restore(LOAD, new)
+    assert kept == ["load"] and out == LOAD.replace("print(len(rows))", "print(len(rows), 'rows')")
+
+
+@pytest.mark.parametrize("old, frag", [
+    ("class A:\n  def f(self):\n    pass\n\n  def g(self):\n    pass\n\n\ndef top():\n  pass\n",
+     "class A:\n    def g(self):\n        return 1\n"),
+    ("class A:\n    def f(self):\n        pass\n\n    def g(self):\n        pass\n",
+     "class A:\n        def g(self):\n            return 1\n"),
+])
+def test_a_method_at_another_indent_is_never_nested_in_the_one_before(old, frag):
+    out = splice(old, frag)
+    assert out is None or _members(out, "A") == ["f", "g"]
+    back = restore("class A:\n    def f(self):\n        pass\n\n    def g(self):\n        pass\n",
+                   "class A:\n  def f(self):\n    return 1\n")
+    assert back is None or _members(back[0], "A") == ["f", "g"]
+
+
+def test_statements_sharing_a_line_are_left_alone():
+    old = "X = 1; Y = 2\n\n\ndef f():\n    return X + Y\n\n\ndef g():\n    pass\n"
+    assert splice(old, "X = 5\n\n\ndef f():\n    return X * Y\n") is None
+    assert restore(old, "X = 10\n\n\ndef f():\n    return X\n") is None
+
+
+@pytest.mark.parametrize("old, frag", [
+    ("import sys\n\n\ndef load(path):\n    return open(path).read()\n\n\ndef main():\n"
+     "    print(load(sys.argv[1]))\n\n\nif __name__ == \"__main__\":\n    main()\n",
+     "def count_words(text):\n    return len(text.split())\n\n\n"
+     "def main():\n    print(count_words(load(sys.argv[1])))\n"),
+    ("class Dog:\n    def speak(self):\n        return 'woof'\n\n\ndef make():\n    return Dog()\n",
+     "class Animal:\n    def speak(self):\n        raise NotImplementedError\n\n\n"
+     "class Dog(Animal):\n    def speak(self):\n        return 'woof'\n"),
+    ("def fetch(url, timeout=5):\n    return url\n\n\ndef other():\n    pass\n",
+     "TIMEOUT = 10\n\n\ndef fetch(url, timeout=TIMEOUT):\n    return url\n"),
+])
+def test_a_new_definition_goes_before_what_uses_it(old, frag):
+    out = splice(old, frag)
+    assert out is not None
+    exec(compile(out, "m.py", "exec"), {"__name__": "m"})  # no NameError at import
+
+
+def test_splice_imports_compile_and_stay_below_a_shebang():
+    old = ("import os\nfrom typing import Optional\n\n\ndef f(x: Optional[int]) -> int:\n"
+           "    return x or 0\n\n\ndef g():\n    return os.sep\n")
+    out = splice(old, "from __future__ import annotations\n\n\ndef f(x: int | None) -> int:\n"
+                      "    return x or 0\n")
+    assert out is None  # a __future__ import after others does not compile
+    old = "#!/usr/bin/env python3\ndef a():\n    return 1\n\n\ndef b():\n    return 2\n"
+    out = splice(old, "import os\n\n\ndef a():\n    return os.sep\n")
+    assert out.startswith("#!/usr/bin/env python3\nimport os\n")
+
+
+def test_splice_keeps_decorators_and_bases_a_fragment_leaves_out():
+    old = ("from dataclasses import dataclass\n\n\n@dataclass(frozen=True)\nclass Point(Base):\n"
+           "    x: int\n    y: int\n\n    def norm(self):\n        return abs(self.x) + abs(self.y)\n\n"
+           "    @property\n    def area(self):\n        return 0\n")
+    out = splice(old, "class Point:\n    def norm(self):\n        return (self.x ** 2 + self.y ** 2) ** 0.5\n\n"
+                      "    def area(self):\n        return 1\n")
+    assert "@dataclass(frozen=True)\nclass Point(Base):" in out and "    @property\n    def area" in out
+    assert "** 0.5" in out and "return 1" in out
+
+
+def _many(git_repo):
+    body = "".join(f"def f{i}(x):\n    return x + {i}\n\n\n" for i in range(6))
+    (git_repo / "many.py").write_text(body)
+    subprocess.run(["git", "add", "many.py"], cwd=git_repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "many"], cwd=git_repo, check=True)
+    return body
+
+
+@pytest.mark.parametrize("message", [
+    "Delete f1, f2, f3 and f4 from many.py, and make f0 return 0",
+    "How could f0 in many.py return 0? Just explain, don't change anything.",
+    "Could f0 return 0?",
+])
+def test_no_splice_where_the_message_may_want_code_gone_or_asks_no_change(git_repo, message):
+    body = _many(git_repo)
+    reply = fenced("many.py", "def f0(x):\n    return 0\n\n\ndef f5(x):\n    return x + 5\n")
+    conv = conversation(git_repo, ScriptedModel([reply, "Done."]),
+                        full_auto(edit_format="whole", sandbox="off"))
+    events = list(conv.send(message))
+    assert (git_repo / "many.py").read_text() == body
+    assert not any(isinstance(e, Warning) and "spliced" in e.message for e in events)
+
+
+@pytest.mark.parametrize("message", ["Undo the helper you added", "Revert the last change to m.py",
+                                     "Convert the functions into methods of a Calculator class",
+                                     "We don't need the legacy API anymore"])
+def test_messages_that_may_want_definitions_gone(message):
+    from agent.core.wholefile import keeps_all
+
+    assert not keeps_all(message) and keeps_all("Add a docstring to every function")
+
+
+def test_agreeing_to_a_proposed_removal_keeps_nothing(git_repo):
+    """"yes, go ahead" answers the reply before it: a removal it proposed is not undone."""
+    body = "def keep(x):\n    return x\n\n\ndef helper(x):\n    return x * 2\n"
+    (git_repo / "m.py").write_text(body)
+    subprocess.run(["git", "add", "m.py"], cwd=git_repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "m"], cwd=git_repo, check=True)
+    model = ScriptedModel(["helper in m.py is unused; shall I remove it?",
+                           fenced("m.py", "def keep(x):\n    return x\n")])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+    list(conv.send("Is anything in m.py unused"))
+    list(conv.send("yes, go ahead"))
+    assert (git_repo / "m.py").read_text() == "def keep(x):\n    return x\n"

@@ -557,19 +557,20 @@ class Conversation:
                 yield Warning(why)
             run.refused += problems
         skip = is_edit_fence if fmt != "whole" else None
+        asked, intent = self._intent(run)
         for block in parse_blocks(text, default, skip):
             if block.path in edited:  # the reply's edit blocks for it win
                 continue
             shown = run.shown.get(block.path)
             verdict = judge(block, self.root, shown)
-            if fmt != "diff" and is_snippet(verdict) and (whole := spliced(block, self.root, shown)):
+            if (fmt != "diff" and is_snippet(verdict)
+                    and (whole := spliced(block, self.root, intent, asked, shown))):
                 yield Warning(f"the code block for {block.path} is only some of its definitions; "
                               "spliced them into the file")
-                block, verdict = whole, ""
+                block, verdict = whole, "same" if judge(whole, self.root) == "same" else ""
             elif fmt != "whole":
                 verdict = whole_verdict(block, self.root, fmt)
-            if (verdict == "" and fmt != "diff"
-                    and (kept := restored(block, self.root, typed_text(run.task), shown))):
+            if verdict == "" and fmt != "diff" and (kept := restored(block, self.root, intent, shown)):
                 block, names = kept
                 listed = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
                 yield Warning(f"the code block for {block.path} leaves out {listed}, which the "
@@ -592,6 +593,18 @@ class Conversation:
         if not calls:
             return ""
         return (yield from self._run_calls(run, calls, record=False))
+
+    def _intent(self, run: _Run) -> tuple[str, str]:
+        """(what the message typed; that, the earlier request and the reply before the
+        message): what a reply that writes only part of a file answers (core/pymerge.py). A
+        restarted reply answers the earlier request; a "yes, go ahead" agrees to the reply."""
+        asked = typed_text(run.task)
+        parts = [asked]
+        if 0 <= run.request < len(self.messages):
+            parts.append(typed_text(self.messages[run.request]["content"]))
+        before = next((m["content"] for m in reversed(self.messages[:max(run.base - 1, 0)])
+                       if m["role"] == "assistant"), "")
+        return asked, "\n".join([*parts, prose(before)])
 
     def _wrote_before(self, content: str) -> bool:
         """Did an assistant message before the last one already write out `content`? (A

@@ -203,15 +203,18 @@ def judge(block: FileBlock, root: Path, shown: str | None = None) -> str:
     return ""
 
 
-def spliced(block: FileBlock, root: Path, shown: str | None = None) -> FileBlock | None:
+def spliced(block: FileBlock, root: Path, intent: str, asked: str,
+            shown: str | None = None) -> FileBlock | None:
     """A Python block that is only some of the file's definitions, spliced into the file as it
-    is (core/pymerge.py), or None where it is not one. `shown`: as for `judge`, the file as
-    the reply read it, which is what the block is spliced into."""
+    is (core/pymerge.py), or None where it is not one, where `intent` may want definitions
+    gone (`keeps_all`), or where `asked` (the message typed) asks for no change (a snippet in
+    an answer to a question illustrates). `shown`: as for `judge`, the file as the reply
+    read it, which is what the block is spliced into."""
     from tools._paths import PathError, confine
 
     from .pymerge import splice
 
-    if not block.path.endswith((".py", ".pyi")):
+    if not block.path.endswith((".py", ".pyi")) or not keeps_all(intent) or not asks_change(asked):
         return None
     try:
         old = confine(root, block.path).read_text(encoding="utf-8") if shown is None else shown
@@ -224,21 +227,42 @@ def spliced(block: FileBlock, root: Path, shown: str | None = None) -> FileBlock
 # A message that may want definitions gone: a whole rewrite that leaves some out is its answer.
 REMOVES = re.compile(r"\b(?:remov|delet|drop|renam|replac|unused|dead|get rid|eliminat|merg|inlin|"
                      r"mov|refactor|clean|strip|prun|consolidat|split|extract|rewrit|simplif|"
-                     r"reorganis|reorganiz|restructur)", re.IGNORECASE)
+                     r"reorgani[sz]|restructur|undo|revert|roll ?back|convert|combin|turn .* into|"
+                     r"no longer|(?:do not|don't|dont) need|instead|only keep|keep only)",
+                     re.IGNORECASE)
+# A message that asks for no change: a code block in the reply illustrates, it is not an edit.
+NO_CHANGE = re.compile(r"\b(?:(?:do not|don't|dont|without) (?:chang|edit|modif|touch|writ)|"
+                       r"just explain|only explain|explain only)", re.IGNORECASE)
 
 
-def restored(block: FileBlock, root: Path, message: str,
+def keeps_all(intent: str) -> bool:
+    """May a reply that writes only part of a Python file be kept whole (core/pymerge.py)?
+    `intent`: what the person typed (and what they answered: the earlier request, the reply
+    they answer). Not where it may want definitions gone (remove, rename, move, refactor,
+    undo, ...)."""
+    return not REMOVES.search(intent)
+
+
+def asks_change(text: str) -> bool:
+    """Does `text` ask for a change: a sentence that is not a question, and no "do not change"?"""
+    from .testcmd import sentences
+
+    return not NO_CHANGE.search(text) and any(
+        s.strip() and not s.rstrip().endswith("?") for s in sentences(text))
+
+
+def restored(block: FileBlock, root: Path, intent: str,
              shown: str | None = None) -> tuple[FileBlock, list[str]] | None:
     """A Python block that rewrites the file but leaves out some of its functions, classes,
-    methods or assignments, with those put back (core/pymerge.py), and their names; None
-    where it leaves none out, or where `message` (what the person typed) may ask for
-    definitions to go (remove, rename, move, refactor, ...). `shown`: as for `judge`, the
-    file as the reply read it (what it can have left out)."""
+    methods or assignments (or holds a placeholder for one), with the file's put back
+    (core/pymerge.py), and their names; None where it leaves none out, or where `intent` may
+    want definitions gone (`keeps_all`). `shown`: as for `judge`, the file as the reply read
+    it (what it can have left out)."""
     from tools._paths import PathError, confine
 
     from .pymerge import restore
 
-    if not block.path.endswith((".py", ".pyi")) or REMOVES.search(message):
+    if not block.path.endswith((".py", ".pyi")) or not keeps_all(intent):
         return None
     try:
         old = confine(root, block.path).read_text(encoding="utf-8") if shown is None else shown
