@@ -10,10 +10,11 @@ seed) on stdout, a summary line per workload at the end.
 
 Usage: .venv/bin/python -m agent.bench.measure_auto [--workloads tool_call,edit]
     [--drafter lookup|model|combined] [--seeds 1,2,3,4] [--tokens 48] [--temperature 0.7]
-    [--top-p 0.95] [--mlx-lm-k 4]
+    [--top-p 0.95] [--mlx-lm-k 4] [--tree auto]
 
 `--mlx-lm-k K`: mlx-lm's `speculative_generate_step` with the same draft model at K, from the
 same seed after each of our runs (its own sampler; its ratio to plain beside ours).
+`--tree auto`: our runs may draft token trees (`tree = "auto"`, sized as the CLI sizes them).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from ..engine.prefix_store import PrefixStore
 from ..engine.sampling import SamplingParams
 from ..engine.session import Session, render_chat
 from ..engine.speculative import SpecPolicy, Speculator
+from ..engine.tree import TreeBudget
 from .common import timed
 from .pair import _mlx_lm, load_pair, workloads
 
@@ -44,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=0.7)
     ap.add_argument("--top-p", type=float, default=0.95)
     ap.add_argument("--mlx-lm-k", type=int, default=0, help="also run mlx-lm at this K (0: no)")
+    ap.add_argument("--tree", choices=("off", "auto"), default="off")
     args = ap.parse_args(argv)
     known = workloads()
     names = args.workloads.split(",")
@@ -72,12 +75,13 @@ def main(argv: list[str] | None = None) -> int:
     def speculator() -> Speculator:
         """A fresh speculator per run: each seed meets `auto` as a new session does."""
         lookup = PromptLookup()
+        tree = TreeBudget(cap=cfg.tree_nodes) if args.tree == "auto" else None
         if args.drafter == "lookup":
-            return Speculator(lookup, SpecPolicy(mode="auto"))
+            return Speculator(lookup, SpecPolicy(mode="auto"), tree)
         model = DraftModel(draft, cfg.draft_confidence,
                            min(target.vocab_size, draft.vocab_size), cfg.draft_vocab)
         return Speculator(model if args.drafter == "model" else Combined(model, lookup),
-                          SpecPolicy(mode="auto"))
+                          SpecPolicy(mode="auto"), tree)
 
     store = PrefixStore(None, memory_mb=4096, disk_mb=0)
     for name in names:
@@ -101,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 theirs = _mlx_lm(target, draft, store, prompt, args.tokens, args.mlx_lm_k,
                                  params)[0].tps / plain.tps
             print(json.dumps(dict(
-                workload=name, seed=seed, drafter=args.drafter, plain_tps=round(plain.tps, 3),
+                workload=name, seed=seed, drafter=args.drafter, tree=args.tree, plain_tps=round(plain.tps, 3),
                 auto_tps=round(ours.tps, 3), ratio=round(ratios[-1], 3), rounds=st.rounds,
                 drafted=st.drafted, accepted=st.accepted, on_at_end=spec.enabled,
                 off_reason=spec.off_reason, k=spec.k_for("model"),
