@@ -151,7 +151,8 @@ def _empty(node: ast.stmt) -> bool:
     """A function whose body is only `pass`, `...` or a docstring."""
     return isinstance(node, FUNCS) and all(
         _is_docstring(s) or isinstance(s, ast.Pass)
-        or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and s.value.value is Ellipsis)
+        or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+            and s.value.value is Ellipsis)
         for s in node.body)
 
 
@@ -220,7 +221,8 @@ def _body(old: list[ast.stmt], new: list[ast.stmt], old_lines: list[str], lines:
         was = hits[0]
         if waiting:  # defined before the shared definition that follows them in the fragment
             at = _first(was)
-            out.append((at, at, depth, [x for t in waiting for x in t + [""] * (1 if depth else 2)]))
+            gap = [""] * (1 if depth else 2)
+            out.append((at, at, depth, [x for t in waiting for x in t + gap]))
             waiting = []
         if isinstance(node, ast.ClassDef) and isinstance(was, ast.ClassDef):
             _members(node, was)

@@ -227,9 +227,9 @@ def spliced(block: FileBlock, root: Path, intent: str, asked: str,
 # A message that may want definitions gone: a whole rewrite that leaves some out is its answer.
 REMOVES = re.compile(r"\b(?:remov|delet|drop|renam|replac|unused|dead|get rid|eliminat|merg|inlin|"
                      r"mov|refactor|clean|strip|prun|consolidat|split|extract|rewrit|simplif|"
-                     r"reorgani[sz]|restructur|undo|revert|roll ?back|convert|combin|turn .* into|"
-                     r"no longer|(?:do not|don't|dont) need|instead|only keep|keep only)",
-                     re.IGNORECASE)
+                     r"reorgani[sz]|restructur|undo|revert|roll ?back|convert|combin|"
+                     r"turn [^.\n]{0,80} into|no longer|(?:do not|don't|dont) need|instead|"
+                     r"only keep|keep only)", re.IGNORECASE)
 # A message that asks for no change: a code block in the reply illustrates, it is not an edit.
 NO_CHANGE = re.compile(r"\b(?:(?:do not|don't|dont|without) (?:chang|edit|modif|touch|writ)|"
                        r"just explain|only explain|explain only)", re.IGNORECASE)
