@@ -92,9 +92,9 @@ def _parse(text: str) -> ast.Module | None:
         return None
 
 
-def _compiles(text: str) -> bool:
+def _compiles(tree: ast.Module) -> bool:
     try:
-        compile(text, "<spliced>", "exec", dont_inherit=True)
+        compile(tree, "<spliced>", "exec", dont_inherit=True)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return False
     return True
@@ -138,7 +138,7 @@ def _shape(body: list[ast.stmt], path: tuple[str, ...] = (), out=None) -> dict:
 def _same_shape(out: str, *texts: ast.Module) -> bool:
     """Does `out` compile and define, in each body, exactly what the texts define there?"""
     tree = _parse(out)
-    if tree is None or not _compiles(out):
+    if tree is None or not _compiles(tree):
         return False
     want: dict = {}
     for t in texts:

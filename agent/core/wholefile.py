@@ -203,6 +203,19 @@ def judge(block: FileBlock, root: Path, shown: str | None = None) -> str:
     return ""
 
 
+def _text(root: Path, path: str, shown: str | None = None) -> str | None:
+    """The file's text (`shown`, the text a reply read, where given); None where it cannot be
+    read as text inside the root."""
+    if shown is not None:
+        return shown
+    from tools._paths import PathError, confine
+
+    try:
+        return confine(root, path).read_text(encoding="utf-8")
+    except (PathError, OSError, UnicodeDecodeError, ValueError):
+        return None
+
+
 def spliced(block: FileBlock, root: Path, intent: str, asked: str,
             shown: str | None = None) -> FileBlock | None:
     """A Python block that is only some of the file's definitions, spliced into the file as it
@@ -210,15 +223,12 @@ def spliced(block: FileBlock, root: Path, intent: str, asked: str,
     gone (`keeps_all`), or where `asked` (the message typed) asks for no change (a snippet in
     an answer to a question illustrates). `shown`: as for `judge`, the file as the reply
     read it, which is what the block is spliced into."""
-    from tools._paths import PathError, confine
-
     from .pymerge import splice
 
     if not block.path.endswith((".py", ".pyi")) or not keeps_all(intent) or not asks_change(asked):
         return None
-    try:
-        old = confine(root, block.path).read_text(encoding="utf-8") if shown is None else shown
-    except (PathError, OSError, UnicodeDecodeError, ValueError):
+    old = _text(root, block.path, shown)
+    if old is None:
         return None
     text = splice(old, block.content)
     return None if text is None else FileBlock(block.path, text)
@@ -258,15 +268,12 @@ def restored(block: FileBlock, root: Path, intent: str,
     (core/pymerge.py), and their names; None where it leaves none out, or where `intent` may
     want definitions gone (`keeps_all`). `shown`: as for `judge`, the file as the reply read
     it (what it can have left out)."""
-    from tools._paths import PathError, confine
-
     from .pymerge import restore
 
     if not block.path.endswith((".py", ".pyi")) or not keeps_all(intent):
         return None
-    try:
-        old = confine(root, block.path).read_text(encoding="utf-8") if shown is None else shown
-    except (PathError, OSError, UnicodeDecodeError, ValueError):
+    old = _text(root, block.path, shown)
+    if old is None:
         return None
     out = restore(old, block.content)
     return None if out is None else (FileBlock(block.path, out[0]), out[1])
@@ -320,11 +327,8 @@ def _redefines(old: str, block: FileBlock) -> bool:
 def quotes(block: FileBlock, root: Path) -> bool:
     """Is every non-blank line of the block a line of the file as it is (a quote, e.g. in an
     answer about the code, rather than a change written as a snippet)?"""
-    from tools._paths import PathError, confine
-
-    try:
-        old = confine(root, block.path).read_text(encoding="utf-8")
-    except (PathError, OSError, UnicodeDecodeError, ValueError):
+    old = _text(root, block.path)
+    if old is None:
         return False
     have = {line.strip() for line in old.split("\n")}
     return all(line.strip() in have for line in block.content.split("\n"))
