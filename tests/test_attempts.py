@@ -48,7 +48,7 @@ def _send(conv, text="make add pass calc_test.py"):
 
 
 def _cfg(**over):
-    return full_auto(edit_format="whole", sandbox="off", test_cmd=TEST_CMD, **over)
+    return full_auto(**{"edit_format": "whole", "sandbox": "off", "test_cmd": TEST_CMD, **over})
 
 
 def _code(root):
@@ -67,6 +67,13 @@ def _code(root):
     (False, "F.\n---\nRan 2 tests in 0.000s\n\nFAILED (failures=1)", Score(False, 1, 2)),
     (False, "Ran 5 tests in 0.001s\n\nFAILED (failures=1, errors=2)", Score(False, 2, 5)),
     (True, "Ran 4 tests in 0.000s\n\nOK", Score(True, 4, 4)),
+    # a test module that does not import: no test of it ran (below a failing test's 0 of 1)
+    (False, "ERROR test_x.py\n!!!! Interrupted: 1 error during collection !!!!\n1 error in 0.57s",
+     Score(False, 0, 0)),
+    (False, "ImportError: Failed to import test module: test_x\n---\nRan 1 test in 0.000s\n\n"
+     "FAILED (errors=1)", Score(False, 0, 0)),
+    (False, "ImportError: Failed to import test module: test_y\nRan 4 tests in 0.001s\n\n"
+     "FAILED (failures=1, errors=1)", Score(False, 2, 3)),
     (False, "Segmentation fault", Score(False)),
     (True, "all good", Score(True)),
 ])
@@ -402,6 +409,25 @@ def test_a_message_that_only_makes_the_files_worse_leaves_them_as_it_found_them(
     _, events = _send(conv, "fix add")  # 1 of 3, no rounds left to improve on it
     assert any(isinstance(e, Warning) and "attempt 0" in e.message for e in events)
     assert _code(git_repo) == "def add(a, b):\n    return abs(a) + abs(b)\n"
+
+
+def test_a_rewrite_that_breaks_the_tests_import_is_worse_than_a_failing_test(git_repo):
+    """One test, failing; then a rewrite the test module cannot import (pytest collects
+    nothing, "1 error"): the failing attempt is kept, not the one that ran no test."""
+    (git_repo / "calc.py").write_text("def add(a, b):\n    return b + a\n")
+    (git_repo / "test_calc.py").write_text("from calc import add\n\n\ndef test_add():\n"
+                                          "    assert add(2, 2) == 4\n")
+    subprocess.run(["git", "add", "-A"], cwd=git_repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "one test"], cwd=git_repo, check=True)
+    cmd = f"{sys.executable} -m pytest -q -p no:cacheprovider test_calc.py"
+    model = Sampled([NONE, "calc.py\n```python\nimport no_such_module_here\n\n\n"
+                           "def add(a, b):\n    return a + b\n```\n"])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=1, test_cmd=cmd))
+    tests, events = _send(conv, "make add pass test_calc.py")
+    assert [run_score(c.ok, c.output) for c in tests] == [Score(False, 0, 1), Score(False, 0, 0)]
+    kept = [e.message for e in events if isinstance(e, Warning) and e.message.startswith("kept attempt")]
+    assert kept and "the tests could not be collected" in kept[0]
+    assert _code(git_repo) == "def add(a, b):\n    return None\n"
 
 
 def test_files_changed_between_messages_are_not_a_start_to_go_back_to(git_repo):

@@ -494,3 +494,31 @@ def test_agreeing_to_a_proposed_removal_keeps_nothing(git_repo):
     list(conv.send("Is anything in m.py unused"))
     list(conv.send("yes, go ahead"))
     assert (git_repo / "m.py").read_text() == "def keep(x):\n    return x\n"
+
+
+RANGES = 'def last_n(items, n):\n    """The last n items."""\n    return items[len(items) - n - 1:]\n'
+TEST_RANGES = ("from ranges import last_n\n\n\ndef test_last_n():\n"
+               "    assert last_n([1, 2, 3, 4], 2) == [3, 4]\n")
+
+
+@pytest.mark.parametrize("fmt", ["whole", "auto"])
+def test_a_block_that_is_another_attached_files_text_is_not_written_over_a_file(git_repo, fmt):
+    """Given a module and its test, the 0.5B wrote the test's text under the module's path,
+    which would replace the module's code (and break the test's import): not applied, and
+    the model is told; a message that asks for a copy gets it."""
+    (git_repo / "ranges.py").write_text(RANGES)
+    (git_repo / "test_ranges.py").write_text(TEST_RANGES)
+    subprocess.run(["git", "add", "-A"], cwd=git_repo, check=True)
+    subprocess.run(["git", "commit", "-qm", "ranges"], cwd=git_repo, check=True)
+    model = ScriptedModel([fenced("ranges.py", TEST_RANGES), "I could not fix it."])
+    conv = conversation(git_repo, model, full_auto(edit_format=fmt, attach_mentioned=True))
+    events = list(conv.send("The test in test_ranges.py fails. Fix the bug in ranges.py."))
+    assert (git_repo / "ranges.py").read_text() == RANGES
+    told = [e.message for e in events if isinstance(e, Warning)]
+    assert any("is the text of test_ranges.py" in m for m in told), told
+    assert "is the text of test_ranges.py" in model.seen[1][-1]["content"], [m[-1]["content"] for m in model.seen]
+    # the same reply where the message asks for the copy
+    model = ScriptedModel([fenced("ranges.py", TEST_RANGES)])
+    conv = conversation(git_repo, model, full_auto(edit_format=fmt, attach_mentioned=True))
+    list(conv.send("Copy test_ranges.py over ranges.py."))
+    assert (git_repo / "ranges.py").read_text() == TEST_RANGES

@@ -41,6 +41,11 @@ _PYTEST_TAIL = re.compile(r"\bin \d+(?:\.\d+)?s\b")
 # unittest: "Ran 7 tests in 0.001s" then "OK" or "FAILED (failures=2, errors=1)".
 _UNITTEST_RAN = re.compile(r"^Ran (\d+) tests? in ", re.MULTILINE)
 _UNITTEST_BAD = re.compile(r"\b(failures|errors)=(\d+)")
+# A test module that does not import: pytest stops before running any test, unittest counts
+# the module as one test in error. Either way no test of it ran, which scores below a run
+# whose tests ran and failed (a rewrite that breaks an import is worse than a failing test).
+_PYTEST_COLLECT = re.compile(r"Interrupted: \d+ errors? during collection")
+_UNITTEST_IMPORT = "Failed to import test module: "
 
 
 @dataclass(frozen=True, order=True)
@@ -85,13 +90,17 @@ def run_score(ok: bool, output: str) -> Score:
                 counts[kind.rstrip("s") if kind.startswith("error") else kind] = int(n)
             passed = counts.get("passed", 0) + counts.get("xfailed", 0)
             bad = counts.get("failed", 0) + counts.get("error", 0) + counts.get("xpassed", 0)
+            if not ok and _PYTEST_COLLECT.search(output):
+                return Score(False, 0, 0, "the tests could not be collected")
             if counts or "no tests ran" in line:
                 return Score(ok, passed, passed + bad)
     ran = _UNITTEST_RAN.findall(output)
     if ran:
         total = int(ran[-1])
         bad = sum(int(n) for _, n in _UNITTEST_BAD.findall(output[output.rfind("Ran "):]))
-        return Score(ok, max(total - bad, 0), total)
+        passed = max(total - bad, 0)
+        tests = total - output.count(_UNITTEST_IMPORT)  # (each such error is a module's)
+        return Score(ok, passed, max(tests, passed))
     return Score(ok)
 
 

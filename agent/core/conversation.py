@@ -44,7 +44,7 @@ from .attach import ADDED, ATTACHED, attach_mentions, typed_text
 from .prompt import system_prompt
 from .resample import at_temperature, can_resample
 from .searchreplace import FIX_HOW, apply_edits, is_edit_fence, parse_edits, whole_fixes, whole_verdict
-from .wholefile import (is_snippet, judge, lead, leads_to, parse_blocks, prose, quotes, restored,
+from .wholefile import (copies, is_snippet, judge, lead, leads_to, parse_blocks, prose, quotes, restored,
                         spliced)
 from ..choices import BLOCK_EDIT_FORMATS
 
@@ -558,7 +558,10 @@ class Conversation:
             run.refused += problems
         skip = is_edit_fence if fmt != "whole" else None
         asked, intent = self._intent(run)
-        for block in parse_blocks(text, default, skip):
+        blocks = parse_blocks(text, default, skip)
+        seen = [p for m in self.messages if m["role"] == "user"
+                for p in ATTACHED.findall(str(m["content"]))] + [b.path for b in blocks]
+        for block in blocks:
             if block.path in edited:  # the reply's edit blocks for it win
                 continue
             shown = run.shown.get(block.path)
@@ -570,6 +573,9 @@ class Conversation:
                 block, verdict = whole, "same" if judge(whole, self.root) == "same" else ""
             elif fmt != "whole":
                 verdict = whole_verdict(block, self.root, fmt)
+            if verdict == "" and (other := copies(block, self.root, seen, intent)):
+                verdict = (f"the code block for {block.path} is the text of {other}, not a "
+                           f"version of {block.path}: not applied")
             if verdict == "" and fmt != "diff" and (kept := restored(block, self.root, intent, shown)):
                 block, names = kept
                 listed = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")

@@ -324,6 +324,33 @@ def _redefines(old: str, block: FileBlock) -> bool:
     return bool(names) and names <= set(DEFINES.findall(block.content))
 
 
+COPIES = re.compile(r"\b(?:cop(?:y|ies|ied)|duplicat|same as|identical|mirror|overwrite)",
+                    re.IGNORECASE)
+
+
+def _lines(text: str) -> list[str]:
+    return [line.rstrip() for line in text.strip("\n").split("\n")]
+
+
+def copies(block: FileBlock, root: Path, others: list[str], intent: str = "") -> str:
+    """The other file whose text the block for an existing, different file is ('' for none):
+    a small model given two files (a test and its module) sometimes writes one's text under
+    the other's path, which would replace that file's code. Not where `intent` asks for a
+    copy; files of under two non-blank lines are not compared."""
+    if COPIES.search(intent):
+        return ""
+    new = _lines(block.content)
+    if sum(1 for line in new if line.strip()) < 2:
+        return ""
+    old = _text(root, block.path)
+    if old is None or _lines(old) == new:
+        return ""
+    for other in dict.fromkeys(others):
+        if other != block.path and (text := _text(root, other)) is not None and _lines(text) == new:
+            return other
+    return ""
+
+
 def quotes(block: FileBlock, root: Path) -> bool:
     """Is every non-blank line of the block a line of the file as it is (a quote, e.g. in an
     answer about the code, rather than a change written as a snippet)?"""
