@@ -522,3 +522,59 @@ def test_a_block_that_is_another_attached_files_text_is_not_written_over_a_file(
     conv = conversation(git_repo, model, full_auto(edit_format=fmt, attach_mentioned=True))
     list(conv.send("Copy test_ranges.py over ranges.py."))
     assert (git_repo / "ranges.py").read_text() == TEST_RANGES
+
+
+PAGES = 'def page_count(total, per_page):\n    return total // per_page\n'
+TEST_PAGES = "from pages import page_count\n\n\ndef test_page_count():\n    assert page_count(11, 5) == 3\n"
+FIXED_PAGES = 'def page_count(total, per_page):\n    return (total + per_page - 1) // per_page\n'
+
+
+def _commit(root, files):
+    for path, text in files.items():
+        (root / path).write_text(text)
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-qm", "files"], cwd=root, check=True)
+
+
+def test_an_unnamed_block_is_for_the_one_attached_file_that_defines_what_it_defines(git_repo):
+    """Two files attached (a module and its test), the fix written without a path: it is
+    the module's, which alone defines page_count; not in an answer to a question."""
+    _commit(git_repo, {"pages.py": PAGES, "test_pages.py": TEST_PAGES})
+    assert parse_blocks("x\n```python\n" + FIXED_PAGES + "```\n", owners={
+        "pages.py": {"page_count"}, "test_pages.py": {"test_page_count"}}) == [
+        FileBlock("pages.py", FIXED_PAGES)]
+    both = {"pages.py": {"page_count"}, "other.py": {"page_count"}}  # which one? neither
+    assert parse_blocks("```python\n" + FIXED_PAGES + "```\n", owners=both) == []
+    reply = "The fix:\n```python\n" + FIXED_PAGES + "```\nNow the test passes."
+    model = ScriptedModel(["The fix:\n```python\n" + PAGES.replace("//", "/") + "```", reply])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", attach_mentioned=True))
+    list(conv.send("How would page_count in pages.py divide exactly, as test_pages.py asks?"))
+    assert (git_repo / "pages.py").read_text() == PAGES  # a question: nothing written
+    list(conv.send("The test in test_pages.py fails. Fix page_count in pages.py."))
+    assert (git_repo / "pages.py").read_text() == FIXED_PAGES
+
+
+TEXT = "def repeat(text):\n    return text * 2\n\n\ndef shout(text):\n    return text.upper()\n"
+REPEAT = "def repeat(text, times=2):\n    return text * times\n"
+
+
+@pytest.mark.parametrize("message, lands", [
+    ("Add a parameter times with the default value 2 to repeat in text.py.", "text.py"),
+    ("Create repeat.py with a repeat function that takes times, like text.py's.", "repeat.py"),
+    ("Move repeat from text.py into its own module with a times parameter.", "repeat.py"),
+])
+def test_a_new_file_that_redefines_an_attached_files_function_is_that_files(git_repo, message, lands):
+    """Asked to change repeat in text.py, the 0.5B wrote repeat to a new repeat.py: it goes
+    to text.py (kept whole: shout stays). Not where the message names the new file or may
+    want code moved."""
+    _commit(git_repo, {"text.py": TEXT})
+    conv = conversation(git_repo, ScriptedModel([fenced("repeat.py", REPEAT)]),
+                        full_auto(edit_format="whole", attach_mentioned=True))
+    events = list(conv.send(message))
+    if lands == "text.py":
+        assert (git_repo / "text.py").read_text() == REPEAT + "\n\n" + TEXT.split("\n\n\n")[1]
+        assert not (git_repo / "repeat.py").exists()
+        assert any(isinstance(e, Warning) and "written to text.py" in e.message for e in events)
+    else:
+        assert (git_repo / "repeat.py").read_text() == REPEAT
+        assert (git_repo / "text.py").read_text() == TEXT

@@ -44,8 +44,8 @@ from .attach import ADDED, ATTACHED, attach_mentions, typed_text
 from .prompt import system_prompt
 from .resample import at_temperature, can_resample
 from .searchreplace import FIX_HOW, apply_edits, is_edit_fence, parse_edits, whole_fixes, whole_verdict
-from .wholefile import (copies, is_snippet, judge, lead, leads_to, parse_blocks, prose, quotes, restored,
-                        spliced)
+from .wholefile import (FileBlock, asks_change, copies, defined, is_snippet, judge, lead, leads_to,
+                        owners_in, parse_blocks, prose, quotes, restored, retarget, spliced)
 from ..choices import BLOCK_EDIT_FORMATS
 
 
@@ -106,6 +106,8 @@ NO_FIX = ("No file changed, and the tests the message is about still fail (`{cmd
 NO_FIX_HOW = {"whole": "reply with the file's path on one line and then the whole corrected "
               "file in one code block."}
 TESTS_NOW = ADDED[4] + "{cmd}`):\n{output}"
+NAMED_TOOL = ("Your reply was only the name of the tool {name}. To use it, call it with its "
+              "arguments; otherwise answer the message in words.")
 REPEATED = ("Your code is the same as in your earlier reply, so it changes nothing and would "
             "fail the same way. Find what causes the error the message before it shows, then "
             "reply with the file's path on one line and the corrected code in one code block, "
@@ -143,6 +145,7 @@ class _Run:
     test_cmd: str = ""  # the tests run after its edits: test_cmd, or the message's own (core/testcmd.py)
     tests_fail: bool = False  # its own tests are known to fail (shown, or run before its first reply)
     told_no_fix: bool = False  # a reply that changed nothing was sent back (once a message)
+    told_named: bool = False  # a reply that was only a tool's name was sent back (once)
     request: int = -1  # the index of the message `send` added before this one (-1: none)
     # the files the message before left as they still are (no one changed them since)
     as_left: list[str] = field(default_factory=list)
@@ -295,6 +298,13 @@ class Conversation:
         it repeated itself (once), a failed check of its edits, or a Stop hook's reason."""
         if run.cancel.cancelled:
             return ""
+        named = run.last_text.strip().strip("`").strip()
+        if named in TOOLS and not run.told_named and not run.changed_any:
+            # The 0.5B, asked what a Makefile target runs, replied `run_shell` and nothing
+            # else: a call it did not write, not an answer.
+            run.told_named = True
+            yield Warning(f"the reply was only the tool name {named}; asking for the call or an answer")
+            return NAMED_TOOL.format(name=named)
         if run.repeated and not run.nudged and self.cfg.resample_temperature > 0:
             run.nudged = True  # once per message: say so, and let it try again
             run.refused, run.snippets = [], []  # (what the nudge answers instead)
@@ -558,12 +568,21 @@ class Conversation:
             run.refused += problems
         skip = is_edit_fence if fmt != "whole" else None
         asked, intent = self._intent(run)
-        blocks = parse_blocks(text, default, skip)
-        seen = [p for m in self.messages if m["role"] == "user"
-                for p in ATTACHED.findall(str(m["content"]))] + [b.path for b in blocks]
+        shown_files = list(dict.fromkeys(p for m in self.messages if m["role"] == "user"
+                                         for p in ATTACHED.findall(str(m["content"]))))
+        # (a message that only asks a question gets no code written it did not name)
+        owners = owners_in(self.root, shown_files) if asks_change(asked) else {}
+        blocks = parse_blocks(text, default, skip, owners)
+        written = [b.path for b in blocks]
+        seen = shown_files + written
         for block in blocks:
             if block.path in edited:  # the reply's edit blocks for it win
                 continue
+            if (owner := retarget(block, self.root, owners, asked, intent, written)):
+                yield Warning(f"the code block names {block.path}, a new file, and redefines "
+                              f"{', '.join(sorted(defined(block.content) & owners[owner]))} of "
+                              f"{owner}; written to {owner}")
+                block = FileBlock(owner, block.content)
             shown = run.shown.get(block.path)
             verdict = judge(block, self.root, shown)
             if (fmt != "diff" and is_snippet(verdict)

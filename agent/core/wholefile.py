@@ -149,11 +149,16 @@ def prose(text: str) -> str:
     return "\n".join(kept).strip()
 
 
-def parse_blocks(text: str, default: str = "", skip=None) -> list[FileBlock]:
+def parse_blocks(text: str, default: str = "", skip=None,
+                 owners: dict[str, set[str]] | None = None) -> list[FileBlock]:
     """Every whole-file block in a reply, in order (a later block for a path wins). A code
     block without a path is taken for `default` (the one file attached to the message), if
-    given and if it is the reply's only code block without one. `skip(fence)`: fences that
-    are not whole-file blocks (e.g. search/replace edits), left out first."""
+    given and if it is the reply's only code block without one; otherwise, with `owners`
+    (Python files the model was shown, each with its top-level functions and classes), for
+    the one file among them that defines any of the functions or classes it defines (a
+    small model given a module and its test writes the fix without naming the file).
+    `skip(fence)`: fences that are not whole-file blocks (e.g. search/replace edits), left
+    out first."""
     out: dict[str, str] = {}
     for m in FILE_BLOCK.finditer(text):
         out[m.group(1).removeprefix("./")] = m.group(2) + "\n"
@@ -167,7 +172,24 @@ def parse_blocks(text: str, default: str = "", skip=None) -> list[FileBlock]:
             unnamed.append((f.info.strip().split(" ")[0].lower(), f.body))
     if default and len(unnamed) == 1 and default not in out and _fits(unnamed[0][0], default):
         out[default] = unnamed[0][1]
+    elif owners:
+        for language, body in unnamed:
+            if (owner := owner_of(body, owners)) and owner not in out and _fits(language, owner):
+                out[owner] = body
     return [FileBlock(p, c) for p, c in out.items()]
+
+
+def defined(text: str) -> set[str]:
+    """The top-level functions and classes a Python text defines (by their lines)."""
+    return set(DEFINES.findall(text))
+
+
+def owner_of(body: str, owners: dict[str, set[str]]) -> str:
+    """The one file of `owners` (path: its top-level definitions) that defines any of the
+    functions or classes `body` defines; '' for none or more than one."""
+    names = defined(body)
+    hits = [path for path, defs in owners.items() if names & defs] if names else []
+    return hits[0] if len(hits) == 1 else ""
 
 
 def judge(block: FileBlock, root: Path, shown: str | None = None) -> str:
@@ -349,6 +371,40 @@ def copies(block: FileBlock, root: Path, others: list[str], intent: str = "") ->
         if other != block.path and (text := _text(root, other)) is not None and _lines(text) == new:
             return other
     return ""
+
+
+def owners_in(root: Path, paths: list[str]) -> dict[str, set[str]]:
+    """The Python files among `paths` as they are, each with its top-level functions and
+    classes (for `parse_blocks` and `retarget`)."""
+    out: dict[str, set[str]] = {}
+    for path in paths:
+        text = _text(root, path) if path.endswith((".py", ".pyi")) else None
+        if text is not None and (names := defined(text)):
+            out[path] = names
+    return out
+
+
+def retarget(block: FileBlock, root: Path, owners: dict[str, set[str]], asked: str,
+             intent: str, written: list[str]) -> str:
+    """The file a Python block for a new file is meant for ('' for none): the 0.5B asked to
+    add a parameter to `repeat` in text.py wrote `repeat` to a new repeat.py, which leaves
+    text.py as it was. The one file of `owners` that defines a function or class the block
+    redefines, where the message does not name the new path, asks for nothing to move or be
+    copied (`keeps_all`, COPIES), and the reply (`written`: its blocks' paths) writes no
+    block for that file itself."""
+    if not owners or not block.path.endswith((".py", ".pyi")) or block.path in asked:
+        return ""
+    from tools._paths import PathError, confine
+
+    try:
+        if confine(root, block.path).exists():
+            return ""
+    except PathError:
+        return ""
+    if not keeps_all(intent) or COPIES.search(intent):
+        return ""
+    owner = owner_of(block.content, owners)
+    return owner if owner and owner not in written else ""
 
 
 def quotes(block: FileBlock, root: Path) -> bool:
