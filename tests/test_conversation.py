@@ -253,19 +253,3 @@ def test_scopes_name_every_program():
     assert describe_scope(scope) == "`pytest`, `tail` commands"
     assert scope_of("shell", {"command": "bash -c 'anything'"}) == ""  # unknowable: no "always"
     assert scope_of("edit", {"path": "x"}) == "edits"
-
-
-def test_a_reply_that_is_only_a_tools_name_is_asked_for_the_call_or_an_answer(git_repo):
-    """The 0.5B answered a question with `run_shell` and nothing else: asked once for the
-    call or an answer; the call it then writes runs, and its answer ends the message."""
-    model = ScriptedModel(["run_shell", call("run_shell", command="grep test: -A1 Makefile"),
-                           "It runs pytest.", "run_shell", "run_shell"])
-    (git_repo / "Makefile").write_text("test:\n\tpython -m pytest -q\n")
-    conv = conversation(git_repo, model, full_auto(sandbox="off"))
-    events = list(conv.send("What does make test run? Do not edit any file."))
-    assert "only the name of the tool run_shell" in model.seen[1][-1]["content"]
-    assert [e.name for e in events if isinstance(e, ToolCallFinished)] == ["run_shell"]
-    assert events[-1].result == "It runs pytest."
-    # once a message: a second bare name is the answer
-    events = list(conv.send("And make build?"))
-    assert events[-1].result == "run_shell" and len(model.seen) == 5

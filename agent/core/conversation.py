@@ -106,8 +106,6 @@ NO_FIX = ("No file changed, and the tests the message is about still fail (`{cmd
 NO_FIX_HOW = {"whole": "reply with the file's path on one line and then the whole corrected "
               "file in one code block."}
 TESTS_NOW = ADDED[4] + "{cmd}`):\n{output}"
-NAMED_TOOL = ("Your reply was only the name of the tool {name}. To use it, call it with its "
-              "arguments; otherwise answer the message in words.")
 REPEATED = ("Your code is the same as in your earlier reply, so it changes nothing and would "
             "fail the same way. Find what causes the error the message before it shows, then "
             "reply with the file's path on one line and the corrected code in one code block, "
@@ -145,7 +143,6 @@ class _Run:
     test_cmd: str = ""  # the tests run after its edits: test_cmd, or the message's own (core/testcmd.py)
     tests_fail: bool = False  # its own tests are known to fail (shown, or run before its first reply)
     told_no_fix: bool = False  # a reply that changed nothing was sent back (once a message)
-    told_named: bool = False  # a reply that was only a tool's name was sent back (once)
     request: int = -1  # the index of the message `send` added before this one (-1: none)
     # the files the message before left as they still are (no one changed them since)
     as_left: list[str] = field(default_factory=list)
@@ -298,13 +295,6 @@ class Conversation:
         it repeated itself (once), a failed check of its edits, or a Stop hook's reason."""
         if run.cancel.cancelled:
             return ""
-        named = run.last_text.strip().strip("`").strip()
-        if named in TOOLS and not run.told_named and not run.changed_any:
-            # The 0.5B, asked what a Makefile target runs, replied `run_shell` and nothing
-            # else: a call it did not write, not an answer.
-            run.told_named = True
-            yield Warning(f"the reply was only the tool name {named}; asking for the call or an answer")
-            return NAMED_TOOL.format(name=named)
         if run.repeated and not run.nudged and self.cfg.resample_temperature > 0:
             run.nudged = True  # once per message: say so, and let it try again
             run.refused, run.snippets = [], []  # (what the nudge answers instead)
