@@ -578,3 +578,20 @@ def test_a_new_file_that_redefines_an_attached_files_function_is_that_files(git_
     else:
         assert (git_repo / "repeat.py").read_text() == REPEAT
         assert (git_repo / "text.py").read_text() == TEXT
+
+
+def test_test_files_and_new_modules_that_define_more_are_not_retargeted(git_repo):
+    """A test shown without its file's name is a suggestion, not the test file's text; a new
+    module with repeat and more of its own is a new module."""
+    _commit(git_repo, {"text.py": TEXT, "test_text.py": "from text import repeat\n\n\n"
+                       "def test_repeat():\n    assert repeat('a') == 'aa'\n"})
+    suggestion = "```python\ndef test_repeat():\n    assert repeat('a', 3) == 'aaa'\n```\n"
+    more = "def repeat(text, times=2):\n    return text * times\n\n\ndef twice(text):\n    return text * 2\n"
+    conv = conversation(git_repo, ScriptedModel([fenced("text.py", REPEAT) + suggestion,
+                                                 fenced("strings.py", more)]),
+                        full_auto(edit_format="whole", attach_mentioned=True))
+    list(conv.send("Add a parameter times to repeat in text.py; test_text.py tests it."))
+    assert "def test_repeat():\n    assert repeat('a') == 'aa'" in (git_repo / "test_text.py").read_text()
+    assert "times=2" in (git_repo / "text.py").read_text()
+    list(conv.send("Give repeat a times parameter."))
+    assert (git_repo / "strings.py").read_text() == more

@@ -373,12 +373,19 @@ def copies(block: FileBlock, root: Path, others: list[str], intent: str = "") ->
     return ""
 
 
+def _is_test(path: str) -> bool:
+    parts = path.split("/")
+    name = parts[-1]
+    return name.startswith("test_") or name.endswith("_test.py") or "tests" in parts[:-1]
+
+
 def owners_in(root: Path, paths: list[str]) -> dict[str, set[str]]:
     """The Python files among `paths` as they are, each with its top-level functions and
-    classes (for `parse_blocks` and `retarget`)."""
+    classes (for `parse_blocks` and `retarget`). Not test files: a reply that shows a test
+    without naming its file suggests it, and a model that writes tests names their file."""
     out: dict[str, set[str]] = {}
     for path in paths:
-        text = _text(root, path) if path.endswith((".py", ".pyi")) else None
+        text = _text(root, path) if path.endswith((".py", ".pyi")) and not _is_test(path) else None
         if text is not None and (names := defined(text)):
             out[path] = names
     return out
@@ -388,10 +395,10 @@ def retarget(block: FileBlock, root: Path, owners: dict[str, set[str]], asked: s
              intent: str, written: list[str]) -> str:
     """The file a Python block for a new file is meant for ('' for none): the 0.5B asked to
     add a parameter to `repeat` in text.py wrote `repeat` to a new repeat.py, which leaves
-    text.py as it was. The one file of `owners` that defines a function or class the block
-    redefines, where the message does not name the new path, asks for nothing to move or be
-    copied (`keeps_all`, COPIES), and the reply (`written`: its blocks' paths) writes no
-    block for that file itself."""
+    text.py as it was. The one file of `owners` that defines every function and class the
+    block defines, where the message does not name the new path and asks for nothing to
+    move or be copied (`keeps_all`, COPIES), and the reply (`written`: its blocks' paths)
+    writes no block for that file itself."""
     if not owners or not block.path.endswith((".py", ".pyi")) or block.path in asked:
         return ""
     from tools._paths import PathError, confine
@@ -404,7 +411,9 @@ def retarget(block: FileBlock, root: Path, owners: dict[str, set[str]], asked: s
     if not keeps_all(intent) or COPIES.search(intent):
         return ""
     owner = owner_of(block.content, owners)
-    return owner if owner and owner not in written else ""
+    if not owner or owner in written or not defined(block.content) <= owners[owner]:
+        return ""  # (a new module that defines more is not a misnamed version of this one)
+    return owner
 
 
 def quotes(block: FileBlock, root: Path) -> bool:
