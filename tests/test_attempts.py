@@ -70,6 +70,9 @@ def _code(root):
     # a test module that does not import: no test of it ran (below a failing test's 0 of 1)
     (False, "ERROR test_x.py\n!!!! Interrupted: 1 error during collection !!!!\n1 error in 0.57s",
      Score(False, 0, 0)),
+    # the words in a failing test's source that pytest prints are not the summary
+    (False, "    assert out == 'Interrupted: 1 error during collection'\nE   AssertionError\n"
+     "--- summary ---\nFAILED t.py::test_a\nnext\nline\n1 failed, 2 passed in 0.1s", Score(False, 2, 3)),
     (False, "ImportError: Failed to import test module: test_x\n---\nRan 1 test in 0.000s\n\n"
      "FAILED (errors=1)", Score(False, 0, 0)),
     (False, "ImportError: Failed to import test module: test_y\nRan 4 tests in 0.001s\n\n"

@@ -533,7 +533,7 @@ def _commit(root, files):
     for path, text in files.items():
         (root / path).write_text(text)
     subprocess.run(["git", "add", "-A"], cwd=root, check=True)
-    subprocess.run(["git", "commit", "-qm", "files"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-qm", "files", "--allow-empty"], cwd=root, check=True)
 
 
 def test_an_unnamed_block_is_for_the_one_attached_file_that_defines_what_it_defines(git_repo):
@@ -595,3 +595,84 @@ def test_test_files_and_new_modules_that_define_more_are_not_retargeted(git_repo
     assert "times=2" in (git_repo / "text.py").read_text()
     list(conv.send("Give repeat a times parameter."))
     assert (git_repo / "strings.py").read_text() == more
+
+
+def _send_one(root, reply, message, *, earlier=None):
+    conv = conversation(root, ScriptedModel([*(["ok"] if earlier else []), reply]),
+                        full_auto(edit_format="whole", attach_mentioned=True))
+    if earlier:
+        list(conv.send(earlier))
+    return list(conv.send(message))
+
+
+APP = "def load():\n    return 1\n\n\ndef main():\n    print(load())\n"
+CALC2 = "def add(a, b):\n    return a + b\n\n\ndef sub(a, b):\n    return a - b\n"
+
+
+def test_code_without_a_file_goes_only_to_a_file_this_message_attached(git_repo):
+    """An unnamed block is not written to a file an earlier message attached, nor where the
+    message names a new file; JavaScript is not taken for a Python file's code."""
+    _commit(git_repo, {"app.py": APP, "utils.py": "def total(xs):\n    return sum(xs)\n",
+                       "parser.py": "class Parser:\n    pass\n", "other.py": "X = 1\n"})
+    hello = "```python\ndef main():\n    print('hello')\n```\n"
+    _send_one(git_repo, hello, "Write me a hello world script.", earlier="What does app.py do?")
+    _send_one(git_repo, hello, "Using utils.py and app.py, write a new script report.py.")
+    assert (git_repo / "app.py").read_text() == APP
+    js = "```\nclass Parser {\n  constructor() {}\n}\nmodule.exports = Parser;\n```\n"
+    _send_one(git_repo, js, "Port the Parser class from parser.py to JavaScript; see other.py.")
+    assert (git_repo / "parser.py").read_text() == "class Parser:\n    pass\n"
+    # of two unnamed blocks for one file (the code before, then the fix) the later one is written
+    two = ("Your code:\n```python\n" + CALC2 + "```\nFixed:\n```python\n"
+           + CALC2.replace("a - b", "b - a") + "```\n")
+    _commit(git_repo, {"calc.py": CALC2})
+    _send_one(git_repo, two, "Fix sub in calc.py; utils.py is unrelated.")
+    assert "b - a" in (git_repo / "calc.py").read_text()
+
+
+@pytest.mark.parametrize("message", [
+    "Write a fake of calc.py for offline tests where every function returns 0.",
+    "Add an ASCII-only variant of add from calc.py in its own module; keep calc.py as it is.",
+    "Add type stubs for calc.py.",
+])
+def test_new_files_a_message_may_want_are_not_retargeted(git_repo, message):
+    _commit(git_repo, {"calc.py": CALC2})
+    for path, body in (("fake_calc.py", CALC2.replace("a + b", "0").replace("a - b", "0")),
+                       ("add.py", "def add(a, b):\n    return a + b\n"),
+                       ("calc.pyi", "def add(a: int, b: int) -> int: ...\n")):
+        _send_one(git_repo, fenced(path, body), message)
+        assert (git_repo / "calc.py").read_text() == CALC2
+
+
+def test_two_new_files_for_one_file_are_not_both_retargeted_over_each_other(git_repo):
+    """repeat.py and shout.py for text.py: the first goes to text.py, the second is left as
+    its own file (rather than written over the first from the file before it)."""
+    _commit(git_repo, {"text.py": TEXT})
+    shout = "def shout(text):\n    return text.upper() + '!'\n"
+    _send_one(git_repo, fenced("repeat.py", REPEAT) + fenced("shout.py", shout),
+              "In text.py, give repeat a times parameter and make shout add an exclamation mark.")
+    assert "times=2" in (git_repo / "text.py").read_text()
+    assert (git_repo / "shout.py").read_text() == shout
+
+
+def test_a_copy_guard_lets_moves_and_resets_through(git_repo):
+    """A reply that moves legacy.py's code into core.py while rewriting legacy.py, and a reset
+    to an example file, are written."""
+    legacy = "def parse(s):\n    return s.split()\n\n\ndef fmt(xs):\n    return ' '.join(xs)\n"
+    shim = "from core import parse\n\n\ndef old_parse(s):\n    return parse(s)\n"
+    _commit(git_repo, {"legacy.py": legacy, "core.py": "# to fill\nX = 1\n",
+                       "settings.py": "A = 2\nB = 3\n", "settings.example.py": "A = 1\nB = 1\n"})
+    _send_one(git_repo, fenced("core.py", legacy) + fenced("legacy.py", shim),
+              "Put legacy.py's functions into core.py, with old_parse left in legacy.py as a shim.")
+    core = (git_repo / "core.py").read_text()
+    assert "def parse(s):" in core and "def fmt(xs):" in core  # (its X = 1 is kept too)
+    _send_one(git_repo, fenced("settings.py", "A = 1\nB = 1\n"),
+              "Reset settings.py to the defaults in settings.example.py.")
+    assert (git_repo / "settings.py").read_text() == "A = 1\nB = 1\n"
+
+
+def test_conftest_and_test_folders_own_no_unnamed_code(git_repo):
+    conftest = "import pytest\n\n\n@pytest.fixture\ndef db():\n    return {}\n"
+    _commit(git_repo, {"conftest.py": conftest, "store.py": "def put(db, k, v):\n    db[k] = v\n"})
+    _send_one(git_repo, "```python\ndef db():\n    return {'a': 1}\n```\n",
+              "Make put in store.py return the db; conftest.py has the fixture.")
+    assert (git_repo / "conftest.py").read_text() == conftest

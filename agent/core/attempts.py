@@ -90,7 +90,7 @@ def run_score(ok: bool, output: str) -> Score:
                 counts[kind.rstrip("s") if kind.startswith("error") else kind] = int(n)
             passed = counts.get("passed", 0) + counts.get("xfailed", 0)
             bad = counts.get("failed", 0) + counts.get("error", 0) + counts.get("xpassed", 0)
-            if not ok and _PYTEST_COLLECT.search(output):
+            if not ok and any(_PYTEST_COLLECT.search(ln) for ln in lines[-5:]):
                 return Score(False, 0, 0, "the tests could not be collected")
             if counts or "no tests ran" in line:
                 return Score(ok, passed, passed + bad)

@@ -45,7 +45,8 @@ from .prompt import system_prompt
 from .resample import at_temperature, can_resample
 from .searchreplace import FIX_HOW, apply_edits, is_edit_fence, parse_edits, whole_fixes, whole_verdict
 from .wholefile import (FileBlock, asks_change, copies, defined, is_snippet, judge, lead, leads_to,
-                        owners_in, parse_blocks, prose, quotes, restored, retarget, spliced)
+                        names_new_file, owners_in, parse_blocks, prose, quotes, restored,
+                        retarget, spliced)
 from ..choices import BLOCK_EDIT_FORMATS
 
 
@@ -560,8 +561,10 @@ class Conversation:
         asked, intent = self._intent(run)
         shown_files = list(dict.fromkeys(p for m in self.messages if m["role"] == "user"
                                          for p in ATTACHED.findall(str(m["content"]))))
-        # (a message that only asks a question gets no code written it did not name)
-        owners = owners_in(self.root, shown_files) if asks_change(asked) else {}
+        # Code without its file's name, or under a new file's, goes to a file this message
+        # attached; not for a message that only asks a question or names a new file.
+        owners = (owners_in(self.root, attached)
+                  if asks_change(asked) and not names_new_file(asked, self.root) else {})
         blocks = parse_blocks(text, default, skip, owners)
         written = [b.path for b in blocks]
         seen = shown_files + written
@@ -570,8 +573,9 @@ class Conversation:
                 continue
             if (owner := retarget(block, self.root, owners, asked, intent, written)):
                 yield Warning(f"the code block names {block.path}, a new file, and redefines "
-                              f"{', '.join(sorted(defined(block.content) & owners[owner]))} of "
-                              f"{owner}; written to {owner}")
+                              f"{', '.join(sorted(defined(block.content)))} of {owner}; "
+                              f"written to {owner}")
+                written.append(owner)  # (one block a file: a second one is not merged in)
                 block = FileBlock(owner, block.content)
             shown = run.shown.get(block.path)
             verdict = judge(block, self.root, shown)
@@ -582,7 +586,7 @@ class Conversation:
                 block, verdict = whole, "same" if judge(whole, self.root) == "same" else ""
             elif fmt != "whole":
                 verdict = whole_verdict(block, self.root, fmt)
-            if verdict == "" and (other := copies(block, self.root, seen, intent)):
+            if verdict == "" and (other := copies(block, self.root, seen, intent, tuple(written))):
                 verdict = (f"the code block for {block.path} is the text of {other}, not a "
                            f"version of {block.path}: not applied")
             if verdict == "" and fmt != "diff" and (kept := restored(block, self.root, intent, shown)):

@@ -155,8 +155,9 @@ def parse_blocks(text: str, default: str = "", skip=None,
     block without a path is taken for `default` (the one file attached to the message), if
     given and if it is the reply's only code block without one; otherwise, with `owners`
     (Python files the model was shown, each with its top-level functions and classes), for
-    the one file among them that defines any of the functions or classes it defines (a
-    small model given a module and its test writes the fix without naming the file).
+    the one file among them that defines any of the functions or classes it defines, if it
+    parses as Python (a small model given a module and its test writes the fix without
+    naming the file).
     `skip(fence)`: fences that are not whole-file blocks (e.g. search/replace edits), left
     out first."""
     out: dict[str, str] = {}
@@ -173,10 +174,23 @@ def parse_blocks(text: str, default: str = "", skip=None,
     if default and len(unnamed) == 1 and default not in out and _fits(unnamed[0][0], default):
         out[default] = unnamed[0][1]
     elif owners:
-        for language, body in unnamed:
-            if (owner := owner_of(body, owners)) and owner not in out and _fits(language, owner):
+        named = set(out)
+        for language, body in unnamed:  # (a later block for the same file wins)
+            owner = owner_of(body, owners) if language in ("python", "py", "") and parses(body) else ""
+            if owner and owner not in named:
                 out[owner] = body
     return [FileBlock(p, c) for p, c in out.items()]
+
+
+def parses(text: str) -> bool:
+    """Is `text` Python source (parses; not e.g. a JavaScript class of the same name)?"""
+    import ast
+
+    try:
+        ast.parse(text)
+    except (SyntaxError, ValueError):
+        return False
+    return True
 
 
 def defined(text: str) -> set[str]:
@@ -203,8 +217,11 @@ def judge(block: FileBlock, root: Path, shown: str | None = None) -> str:
         target = confine(root, block.path)
     except PathError as e:
         return str(e)
-    if not target.is_file():
-        return "" if not target.exists() else f"{block.path} is not a regular file"
+    try:
+        if not target.is_file():
+            return "" if not target.exists() else f"{block.path} is not a regular file"
+    except OSError as e:  # a name too long, ...
+        return f"{block.path}: {e.strerror or e}"
     try:
         old = target.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
@@ -346,19 +363,25 @@ def _redefines(old: str, block: FileBlock) -> bool:
     return bool(names) and names <= set(DEFINES.findall(block.content))
 
 
-COPIES = re.compile(r"\b(?:cop(?:y|ies|ied)|duplicat|same as|identical|mirror|overwrite)",
-                    re.IGNORECASE)
+COPIES = re.compile(r"\b(?:cop(?:y|ies|ied)|duplicat|same as|identical|mirror|overwrite|"
+                    r"reset|restor|sync)", re.IGNORECASE)
+# A message that may want a new file beside the one it names (or that one left as it is).
+ANEW = re.compile(COPIES.pattern[:-1] + r"|fake|mock|stub|variant|fallback|separate|"
+                  r"new (?:module|file|script)|own (?:module|file)|as it is|unchanged|"
+                  r"untouched|alone)", re.IGNORECASE)
 
 
 def _lines(text: str) -> list[str]:
     return [line.rstrip() for line in text.strip("\n").split("\n")]
 
 
-def copies(block: FileBlock, root: Path, others: list[str], intent: str = "") -> str:
+def copies(block: FileBlock, root: Path, others: list[str], intent: str = "",
+           written: tuple[str, ...] = ()) -> str:
     """The other file whose text the block for an existing, different file is ('' for none):
     a small model given two files (a test and its module) sometimes writes one's text under
     the other's path, which would replace that file's code. Not where `intent` asks for a
-    copy; files of under two non-blank lines are not compared."""
+    copy, nor against a file the reply itself rewrites (`written`: a move); files of under
+    two non-blank lines are not compared."""
     if COPIES.search(intent):
         return ""
     new = _lines(block.content)
@@ -368,7 +391,9 @@ def copies(block: FileBlock, root: Path, others: list[str], intent: str = "") ->
     if old is None or _lines(old) == new:
         return ""
     for other in dict.fromkeys(others):
-        if other != block.path and (text := _text(root, other)) is not None and _lines(text) == new:
+        if other == block.path or other in written:
+            continue
+        if (text := _text(root, other)) is not None and _lines(text) == new:
             return other
     return ""
 
@@ -376,7 +401,9 @@ def copies(block: FileBlock, root: Path, others: list[str], intent: str = "") ->
 def _is_test(path: str) -> bool:
     parts = path.split("/")
     name = parts[-1]
-    return name.startswith("test_") or name.endswith("_test.py") or "tests" in parts[:-1]
+    return (name.startswith("test_") or name.endswith("_test.py")
+            or name in ("conftest.py", "tests.py", "test.py")
+            or any(d in ("tests", "test", "testing") for d in parts[:-1]))
 
 
 def owners_in(root: Path, paths: list[str]) -> dict[str, set[str]]:
@@ -391,27 +418,48 @@ def owners_in(root: Path, paths: list[str]) -> dict[str, set[str]]:
     return out
 
 
+_PY_PATH = re.compile(r"[\w./\-]+\.py\b")
+
+
+def names_new_file(text: str, root: Path) -> bool:
+    """Does `text` name a Python file that does not exist (one it asks to create)?"""
+    from tools._paths import PathError, confine
+
+    for path in _PY_PATH.findall(text):
+        try:
+            if not confine(root, path.removeprefix("./")).exists():
+                return True
+        except (PathError, OSError, ValueError):
+            continue
+    return False
+
+
 def retarget(block: FileBlock, root: Path, owners: dict[str, set[str]], asked: str,
              intent: str, written: list[str]) -> str:
     """The file a Python block for a new file is meant for ('' for none): the 0.5B asked to
     add a parameter to `repeat` in text.py wrote `repeat` to a new repeat.py, which leaves
-    text.py as it was. The one file of `owners` that defines every function and class the
-    block defines, where the message does not name the new path and asks for nothing to
-    move or be copied (`keeps_all`, COPIES), and the reply (`written`: its blocks' paths)
-    writes no block for that file itself."""
-    if not owners or not block.path.endswith((".py", ".pyi")) or block.path in asked:
+    text.py as it was. Only for a .py file named after a function or class it defines; the
+    one file of `owners` that defines every function and class the block defines, where the
+    message does not name the new path and asks for nothing to move, be copied or made
+    anew (`keeps_all`, ANEW), and the reply (`written`: its blocks' paths and the files
+    blocks before went to) writes no block for that file itself."""
+    if not owners or not block.path.endswith(".py") or block.path in asked:
         return ""
     from tools._paths import PathError, confine
 
     try:
         if confine(root, block.path).exists():
             return ""
-    except PathError:
+    except (PathError, OSError):
         return ""
-    if not keeps_all(intent) or COPIES.search(intent):
+    if not keeps_all(intent) or ANEW.search(intent) or not parses(block.content):
         return ""
+    names = defined(block.content)
+    stem = block.path.rsplit("/", 1)[-1].removesuffix(".py").lower()
+    if stem not in {n.lower() for n in names}:
+        return ""  # (named after what it defines: `repeat` in repeat.py, `Character` in Character.py)
     owner = owner_of(block.content, owners)
-    if not owner or owner in written or not defined(block.content) <= owners[owner]:
+    if not owner or not owner.endswith(".py") or owner in written or not names <= owners[owner]:
         return ""  # (a new module that defines more is not a misnamed version of this one)
     return owner
 
