@@ -676,3 +676,13 @@ def test_conftest_and_test_folders_own_no_unnamed_code(git_repo):
     _send_one(git_repo, "```python\ndef db():\n    return {'a': 1}\n```\n",
               "Make put in store.py return the db; conftest.py has the fixture.")
     assert (git_repo / "conftest.py").read_text() == conftest
+
+
+def test_the_one_attached_files_code_is_found_beside_a_usage_example(git_repo):
+    """One file attached, two unnamed blocks: the code that defines its function, then an
+    example that calls it. The first is the file; the example (it defines nothing) is not."""
+    _commit(git_repo, {"acc.py": "def accumulate(xs, op):\n    pass\n"})
+    code = "def accumulate(xs, op):\n    return [op(x) for x in xs]\n"
+    reply = f"```python\n{code}```\nFor example:\n```python\nprint(accumulate([1], str))\n```\n"
+    _send_one(git_repo, reply, "Implement accumulate in acc.py.")
+    assert (git_repo / "acc.py").read_text() == code
