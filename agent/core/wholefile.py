@@ -184,13 +184,9 @@ def parse_blocks(text: str, default: str = "", skip=None,
 
 def parses(text: str) -> bool:
     """Is `text` Python source (parses; not e.g. a JavaScript class of the same name)?"""
-    import ast
+    from .pymerge import _parse
 
-    try:
-        ast.parse(text)
-    except (SyntaxError, ValueError):
-        return False
-    return True
+    return _parse(text) is not None
 
 
 def defined(text: str) -> set[str]:
@@ -359,8 +355,8 @@ def _redefines(old: str, block: FileBlock) -> bool:
     whole rewrite, e.g. without the long docstrings of the version before, not a snippet)?"""
     if not block.path.endswith((".py", ".pyi")):
         return False
-    names = set(DEFINES.findall(old))
-    return bool(names) and names <= set(DEFINES.findall(block.content))
+    names = defined(old)
+    return bool(names) and names <= defined(block.content)
 
 
 COPIES = re.compile(r"\b(?:cop(?:y|ies|ied)|duplicat|same as|identical|mirror|overwrite|"
@@ -399,11 +395,12 @@ def copies(block: FileBlock, root: Path, others: list[str], intent: str = "",
 
 
 def _is_test(path: str) -> bool:
+    """A test file as the repo map tells them, and pytest's conftest.py, Django's tests.py."""
+    from .repomap import is_test
+
     parts = path.split("/")
-    name = parts[-1]
-    return (name.startswith("test_") or name.endswith("_test.py")
-            or name in ("conftest.py", "tests.py", "test.py")
-            or any(d in ("tests", "test", "testing") for d in parts[:-1]))
+    return (is_test(path) or parts[-1] in ("conftest.py", "tests.py", "test.py")
+            or "testing" in parts[:-1])
 
 
 def owners_in(root: Path, paths: list[str]) -> dict[str, set[str]]:
