@@ -10,8 +10,6 @@ check, the conversation runs, in order:
 - `stubs`: functions an edited file leaves without a body (only `pass`, `...` or `raise
   NotImplementedError`): every function of the file, or one the message names, unless the
   message asks for stubs (nothing runs);
-- `asked`: what the message asks for that the files do not show (a name it asks to add, a
-  docstring, type hints, a removal; core/asked.py; nothing runs);
 - `lint`: the configured `lint_cmd`, with the edited files appended;
 - `test`: the configured `test_cmd`, or the one a message implies (core/testcmd.py).
 The last two run through the `run_shell` tool (the sandbox and its time limit apply). The
@@ -28,7 +26,7 @@ import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 RUFF_RULES = "E9,F63,F7,F82"  # syntax errors, bad comparisons, misplaced statements, undefined names
 MAX_FEEDBACK_CHARS = 3000
@@ -37,7 +35,7 @@ MAX_IMPORTERS, MAX_IMPORTER_CHARS = 4, 20_000  # files a names failure attaches
 
 @dataclass(frozen=True)
 class Outcome:
-    kind: str  # syntax | ruff | names | stubs | asked | lint | test
+    kind: str  # syntax | ruff | names | stubs | lint | test
     command: str
     ok: bool
     output: str
@@ -201,17 +199,11 @@ def shell(kind: str, command: str, ctx: Any) -> Outcome:
     return Outcome(kind, command, r.ok, r.output)  # ok: exit code 0
 
 
-def asked(lines: list[str]) -> Outcome:
-    """The `asked` check's outcome from what core/asked.py found unmet."""
-    return Outcome("asked", "what the message asks for", not lines, "\n".join(lines))
-
-
 def run_checks(cfg: Any, edited: list[str], ctx: Any, message: str = "",
-               test_cmd: str | None = None, unmet: Callable[[], list[str]] | None = None):
+               test_cmd: str | None = None):
     """The checks for the files `edited`, in order, stopping at the first failure (a
     generator of Outcomes); `message`: the user's message the edits answer; `test_cmd`: the
-    message's test command (default: the configured one); `unmet`: what the message asks for
-    that the files do not show (core/asked.py)."""
+    message's test command (default: the configured one)."""
     test_cmd = cfg.test_cmd if test_cmd is None else test_cmd
     root = Path(ctx.root)
     py = python_files(edited, root)
@@ -235,11 +227,6 @@ def run_checks(cfg: Any, edited: list[str], ctx: Any, message: str = "",
         out = stubs(py, root, message)
         if not out.ok:  # (shown only when it fails)
             yield out
-            return
-    if cfg.auto_lint and unmet is not None:
-        lines = unmet()
-        if lines:  # (shown only when it fails)
-            yield asked(lines)
             return
     present = [p for p in dict.fromkeys(edited) if (root / p).is_file()]
     if cfg.auto_lint and cfg.lint_cmd and present:
@@ -270,9 +257,8 @@ def feedback(out: Outcome, root: Path | None = None, whole_files: bool = False,
             "ruff": "The linter found errors in the code you wrote",
             "names": "Other files import names your edit removed",
             "stubs": "The code you wrote leaves functions unimplemented",
-            "asked": "The files do not yet do what the message asks",
             "lint": "The lint command failed", "test": "The tests failed"}[out.kind]
-    parts = [f"{what}:" if out.kind == "asked" else f"{what} (`{out.command}`):", text]
+    parts = [f"{what} (`{out.command}`):", text]
     named = _named_lines(text, root) if root is not None and out.kind in ("syntax", "ruff") else ""
     if named:
         parts += ["", "The lines it names:", named]
@@ -280,8 +266,6 @@ def feedback(out: Outcome, root: Path | None = None, whole_files: bool = False,
         parts += ["", "Other files import names your edit removed:", out.missing]
     if out.kind == "stubs":
         parts += ["", "Write the code that each of them needs to do what the message asks."]
-    if out.kind == "asked":
-        parts += ["", "Make the change the message asks for."]
     keep = ("keep every function, class and constant that other files import, defined at the "
             "top level of the module (not inside a class or a function).")
     if (out.kind == "names" or out.missing) and importers:

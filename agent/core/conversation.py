@@ -40,7 +40,6 @@ from .budget import Budget
 from .snapshots import SnapshotError, SnapshotStore
 from .callformat import ParsedCall, format_result, parse_calls, strip_calls
 from .preview import approval_request, scope_keys
-from .asked import Ask, asks, new_names, unmet
 from .attach import ADDED, ATTACHED, attach_mentions, typed_text
 from .prompt import system_prompt
 from .resample import at_temperature, can_resample
@@ -150,8 +149,6 @@ class _Run:
     as_left: list[str] = field(default_factory=list)
     # the files as the last reply read them, where that was not as they are (a restart_view)
     shown: dict[str, str] = field(default_factory=dict)
-    asks: list[Ask] = field(default_factory=list)  # what the files can be checked for (core/asked.py)
-    told_asked: bool = False  # a reply that changed nothing was told what is still missing
 
 
 class Conversation:
@@ -235,7 +232,6 @@ class Conversation:
         if self.cfg.fix_mode == "restart" and len(self.messages) == self._left_at:  # (no note since)
             run.as_left = [p for p, c in read_files(self.root, list(left)).items() if c == left[p]]
         run.attempts = Attempts(self._start_state(run.test_cmd))
-        run.asks = self._asks(run)
         if self.git.warning and not self._warned:
             self._warned = True
             yield Warning(self.git.warning)
@@ -346,9 +342,6 @@ class Conversation:
             run.fix_rounds += 1
             yield from self._afresh(run, f"the reply only wrote {', '.join(offered)} out unchanged")
             return UNCHANGED.format(files=", ".join(offered))
-        missing = yield from self._not_done(run)
-        if missing:
-            return missing
         # A message that shows its own failing tests is not answered by the files as they
         # stand, even the first time they are written out.
         retest = unchanged or (offered if run.test_cmd != self.cfg.test_cmd else [])
@@ -365,48 +358,6 @@ class Conversation:
                 return note
         yield from self._keep_best(run)
         return (yield from self._stop_hooks(run))
-
-    def _asks(self, run: _Run) -> list[Ask]:
-        """What the message asks for that its edits can be checked for (core/asked.py): a
-        name only where the repository does not contain it yet."""
-        if not self.cfg.auto_lint or self.cfg.max_fix_rounds <= 0:
-            return []
-        from .attach import repo_files
-
-        found = asks(typed_text(run.task))
-        if any(a.kind == "name" for a in found):
-            found = new_names(found, Path(self.root), repo_files(self.ctx))
-        return found
-
-    def _unmet(self, run: _Run) -> list[str]:
-        """What the message asks for that the files do not show (core/asked.py)."""
-        attached = ATTACHED.findall(str(self.messages[run.base - 1]["content"])) if run.base else []
-        named = [p for a in run.asks for p in a.files]
-        return unmet(run.asks, Path(self.root), list(dict.fromkeys(run.written)),
-                     list(dict.fromkeys(run.written + run.same + attached + named)))
-
-    def _not_done(self, run: _Run) -> Iterator[Event]:
-        """What a reply that changed no file is sent back with: what the message asks for
-        that the files do not show (a small model writes the file out as it is, or says it
-        is done, without the change). Once a message, or, where fix_mode resamples, while fix
-        rounds are left (each next reply is a fresh sample of the message)."""
-        from .checks import asked, feedback
-
-        if (not run.asks or run.edited or run.fix_rounds >= self.cfg.max_fix_rounds
-                or run.cancel.cancelled or (run.told_asked and not self._resamples())):
-            return ""  # (told once, where the next reply reads what it was told)
-        lines = self._unmet(run)
-        if not lines:
-            return ""
-        run.told_asked = True
-        out = asked(lines)
-        yield CheckRun(out.kind, out.command, False, out.output, run.fix_rounds + 1, True)
-        run.fix_rounds += 1
-        yield from self._afresh(run, "the reply changed no file and the files do not yet do "
-                                "what the message asks")
-        files = [p for p in dict.fromkeys(run.same + [f for a in run.asks for f in a.files])
-                 if (Path(self.root) / p).is_file()]
-        return feedback(out, self.root, whole_fixes(self.cfg.edit_format, files, self.root))
 
     def _tests_now(self, run: _Run) -> Iterator[Event]:
         """Run the message's tests before its first reply (a message that says they fail and
@@ -788,8 +739,7 @@ class Conversation:
         edited, run.edited = run.edited, []
         if self.cfg.max_fix_rounds <= 0:
             return ""
-        unmet = (lambda: self._unmet(run)) if run.asks else None
-        for out in run_checks(self.cfg, edited, self.ctx, run.task, run.test_cmd, unmet):
+        for out in run_checks(self.cfg, edited, self.ctx, run.task, run.test_cmd):
             back = not out.ok and run.fix_rounds < self.cfg.max_fix_rounds
             shown = out.output + (f"\n{out.missing}" if out.missing else "")
             yield CheckRun(out.kind, out.command, out.ok, shown, run.fix_rounds + 1, back)
@@ -809,8 +759,6 @@ class Conversation:
                 run.fix_rounds += back and not free
                 if back and out.kind == "test":
                     yield from self._afresh(run, score.describe())
-                elif back and out.kind == "asked":  # (a verdict that picks among samples, as tests do)
-                    yield from self._afresh(run, "the files do not yet do what the message asks")
                 elif back and rewrote:  # a failure the reply was shown and wrote out again
                     yield from self._afresh(run, f"the {out.kind} check still fails")
                 whole = whole_fixes(self.cfg.edit_format, edited, self.root)
