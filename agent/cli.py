@@ -206,8 +206,8 @@ def _bench_parser(sub) -> None:
                        help="agentic: run the eval tasks with the agent and record their "
                        "sessions anew (into the replay file) instead of replaying them")
     bench.add_argument("--sessions", default="",
-                       help="agentic: comma-separated task names (or an edit format: whole, "
-                       "tool) to replay, or task names to record (default: all)")
+                       help="agentic: comma-separated task or exercise names (or whole, tool, "
+                       "exercism) to replay, or task and exercise names to record (default: all)")
     _engine_flags(bench)
 
 
@@ -381,9 +381,9 @@ def _bench(args, cfg) -> int:
         from .bench.agentic import main as bench_agentic_main
 
         if args.record:  # the recorder runs the eval's tasks with the agent
-            from .eval import runner, tasks
+            from .eval import exercism, exercism_run, runner, tasks
 
-            return bench_agentic_main(args, cfg, (runner, tasks))
+            return bench_agentic_main(args, cfg, (runner, tasks, exercism, exercism_run))
         return bench_agentic_main(args, cfg)
     if args.what == "cache":
         from .bench.cache import main as bench_cache_main

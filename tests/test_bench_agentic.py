@@ -15,12 +15,17 @@ def test_the_committed_replays_are_multi_turn_sessions_of_the_default_model():
     model, sessions = agentic.load()
     assert model == Config().model
     assert {s.edit_format for s in sessions} == {"whole", "tool"}
+    assert {s.suite for s in sessions} == {"tasks", "exercism"}
     assert {s.subset for s in sessions} == {"tune", "check"}
     multi = [s for s in sessions if len(s.turns) > 1]
     assert multi
-    for s in multi:  # each model call's prompt is the history so far: it extends the last one
-        for a, b in zip(s.turns, s.turns[1:]):
-            assert len(b.prompt) > len(a.prompt) and b.prompt[: len(a.prompt)] == a.prompt
+    for s in multi:  # each model call's prompt is the history so far: it extends the last one,
+        for a, b in zip(s.turns, s.turns[1:]):  # or leaves failed attempts out (a fresh sample)
+            extends = len(b.prompt) > len(a.prompt) and b.prompt[: len(a.prompt)] == a.prompt
+            assert extends or b.params.get("temperature", 0) > 0 or \
+                agentic._common(a.prompt, b.prompt) >= len(b.prompt) // 2
+    sampled = [t for s in sessions for t in s.turns if t.params]
+    assert sampled and all(t.params["temperature"] > 0 for t in sampled)
 
 
 def test_encode_decode_round_trip():
@@ -97,3 +102,67 @@ def test_trained_pair_bench_repeats_report_medians_over_seeds(pair):
         assert w["rounds"] >= 1 and w["accepted"] <= w["drafted"]
     greedy = bench_trained(target, draft, 8, [2], log=lambda m: None, repeat=2)
     assert greedy["identical_to_plain"] is True and greedy["mlx_lm_identical"] is True
+
+
+def test_record_writes_every_model_call_of_tasks_and_exercises_and_keeps_the_rest(tmp_path):
+    """`bench agentic --record`: each session's model calls (exact prompt and reply tokens)
+    go into the file, Exercism sessions marked as such; sessions not recorded again stay."""
+    from types import SimpleNamespace
+
+    from agent.events import GenerationStats, TextDelta
+
+    def stats(n: int) -> GenerationStats:
+        return GenerationStats(prompt_tokens=3, cached_tokens=0, generated_tokens=n,
+                               prefill_s=0.1, prefill_tps=1.0, decode_s=0.1, decode_tps=1.0,
+                               ttft_s=0.1, peak_memory_gb=0.0, finish_reason="stop")
+
+    class FakeSession:
+        def generate(self, prompt, *a, **kw):
+            reply = [len(prompt), len(prompt) + 1]
+            yield TextDelta("x", tuple(reply[:1]))
+            yield TextDelta("y", tuple(reply[1:]))
+            yield stats(2)
+
+    def factory(cfg):  # one engine (one session) per factory, as `local_model_factory` loads
+        session = FakeSession()
+        return lambda ctx: SimpleNamespace(session=session)
+
+    def run_task(task, cfg, model_for, limit):  # two model calls, the second on a longer prompt
+        m = model_for(None)
+        list(m.session.generate([1, 2, 3]))
+        list(m.session.generate([1, 2, 3, 4, 5, 6]))
+        return SimpleNamespace(passed=task.name == "a")
+
+    def run_exercise(ex, cfg, model_for, limit):
+        list(model_for(None).session.generate([9] * 10))
+        return SimpleNamespace(passed_2=False)
+
+    tasks = [SimpleNamespace(name=n, subset="tune", category="c") for n in ("a", "b")]
+    runner = SimpleNamespace(eval_config=lambda c: c, local_model_factory=factory,
+                             run_task=run_task)
+    tasks_mod = SimpleNamespace(
+        load_tasks=lambda subset, names=None: [t for t in tasks if not names or t.name in names])
+    ex_mod = SimpleNamespace(load_exercises=lambda root, which: [
+        SimpleNamespace(name=n, subset="tune") for n in which.split(",")],
+        default_dir=lambda: tmp_path)
+    ex_run = SimpleNamespace(run_exercise=run_exercise, settings_of=lambda c: {})
+    out = tmp_path / "replays.json"
+    out.write_text(json.dumps(encode("m", [Recorded("old", "check", "c", True,
+                                                    [Turn([5, 5], [6], "stop")])], {})))
+    cfg = Config()
+    n = agentic.record(cfg, [], "all", out, 1.0, lambda m: None, runner, tasks_mod,
+                       formats=("whole",), exercism=(ex_mod, ex_run))
+    assert n == 2 + len(agentic.EXERCISM_SESSIONS)
+    _, sessions = agentic.load(out)
+    assert [s.task for s in sessions] == ["old", "a", "b", *agentic.EXERCISM_SESSIONS]
+    a = sessions[1]
+    assert a.suite == "tasks" and a.passed and a.edit_format == "whole"
+    assert [(t.prompt, t.reply) for t in a.turns] == [([1, 2, 3], [3, 4]), ([1, 2, 3, 4, 5, 6], [6, 7])]
+    ex = sessions[3]
+    assert ex.suite == "exercism" and not ex.passed and ex.turns == [Turn([9] * 10, [10, 11], "stop")]
+    # Recording one exercise again replaces its session and keeps every other one.
+    agentic.record(cfg, ["bowling"], "all", out, 1.0, lambda m: None, runner, tasks_mod,
+                   exercism=(ex_mod, ex_run))
+    _, again = agentic.load(out)
+    assert sorted(s.task for s in again) == sorted(s.task for s in sessions)
+    assert again[-1].task == "bowling" and again[-1].suite == "exercism"

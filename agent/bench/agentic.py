@@ -1,12 +1,15 @@
 """`spec-agent bench agentic`: multi-turn agent sessions replayed turn by turn, per drafter.
 
-The sessions are the repository's own eval tasks (agent/eval/tasks) as the agent really ran
-them: `--record` runs `spec-agent eval`'s path (a `Runtime`, the `Conversation`, the default
-model and settings) and writes every model turn's exact prompt tokens and reply tokens to
+The sessions are the repository's own eval tasks (agent/eval/tasks) and ten Exercism exercises
+(`EXERCISM_SESSIONS`) as the agent really ran them: `--record` runs `spec-agent eval`'s path
+(a `Runtime`, the `Conversation`, the default model and settings; Exercism's two tries) and
+writes every model turn's exact prompt tokens, reply tokens and sampling settings to
 agent/bench/agentic/replays.json (prompts kept as a delta on the previous turn's prompt, so
 the file stays small). The replay feeds, at each assistant turn, the recorded history (the
 prompt the agent built, with the recorded earlier replies and tool results) and decodes the
-reply greedily with each mode in turn, in one process:
+reply with each mode in turn, in one process (greedily, or where the agent sampled the call at
+a temperature, e.g. a fresh reply after failed tests, with the call's settings and the same seed
+for every mode):
 - plain; lookup (prompt lookup over the context); suffix (the suffix index alone); lookup +
   suffix (the product's lookup drafter); with a draft model also the draft alone and all
   combined (draft + lookup + suffix).
@@ -22,10 +25,11 @@ decoded). The report says how many tokens it held per session.
 
 Reported: decode tok/s per mode over each whole session (tokens / decode seconds, every turn
 summed), ratios to plain, acceptance per drafter source (`GenerationStats.by_source`), and
-whether every mode's greedy output equals plain's token for token. Each turn decodes until
-the end-of-turn token, at most as many tokens as the recorded reply had plus one (the agent
-stopped some replies at a stop string or a grammar's end) and at most `--tokens`.
-"""
+whether every mode's greedy output equals plain's token for token (sampled calls draw other
+tokens per mode; their exactness is a matter of distributions, tested elsewhere). Each turn
+decodes until the end-of-turn token, at most as many tokens as the recorded reply had plus one
+(the agent stopped some replies at a stop string or a grammar's end) and at most `--tokens`
+(default: the agent's `max_tokens`)."""
 
 from __future__ import annotations
 
@@ -48,6 +52,17 @@ class Turn:
     prompt: list[int]
     reply: list[int]
     finish: str
+    # The call's sampling settings that differ from greedy's defaults ({}: greedy), e.g. a
+    # fresh sample at temperature after failed tests.
+    params: dict = field(default_factory=dict)
+
+
+def params_dict(params) -> dict:
+    """The fields of a `SamplingParams` that differ from its defaults."""
+    from dataclasses import fields
+
+    return {f.name: getattr(params, f.name) for f in fields(params)
+            if getattr(params, f.name) != f.default}
 
 
 @dataclass
@@ -58,6 +73,7 @@ class Recorded:
     passed: bool
     turns: list[Turn] = field(default_factory=list)
     edit_format: str = "whole"
+    suite: str = "tasks"  # "tasks" (agent/eval/tasks) or "exercism"
 
 
 def encode(model: str, sessions: list[Recorded], settings: dict) -> dict:
@@ -68,10 +84,11 @@ def encode(model: str, sessions: list[Recorded], settings: dict) -> dict:
         turns = []
         for t in s.turns:
             keep = _common(prev, t.prompt)
-            turns.append(dict(keep=keep, add=t.prompt[keep:], reply=t.reply, finish=t.finish))
+            turns.append(dict(keep=keep, add=t.prompt[keep:], reply=t.reply, finish=t.finish,
+                              **({"params": t.params} if t.params else {})))
             prev = t.prompt
         out.append(dict(task=s.task, subset=s.subset, category=s.category, passed=s.passed,
-                        edit_format=s.edit_format, turns=turns))
+                        edit_format=s.edit_format, suite=s.suite, turns=turns))
     return dict(format=FORMAT, version=VERSION, model=model, settings=settings, sessions=out)
 
 
@@ -82,10 +99,10 @@ def decode(data: dict) -> tuple[str, list[Recorded]]:
     sessions = []
     for s in data["sessions"]:
         rec = Recorded(s["task"], s["subset"], s["category"], s["passed"],
-                       edit_format=s["edit_format"])
+                       edit_format=s["edit_format"], suite=s.get("suite", "tasks"))
         for t in s["turns"]:
             prompt = prev[: t["keep"]] + list(t["add"])
-            rec.turns.append(Turn(prompt, list(t["reply"]), t["finish"]))
+            rec.turns.append(Turn(prompt, list(t["reply"]), t["finish"], dict(t.get("params", {}))))
             prev = prompt
         sessions.append(rec)
     return data["model"], sessions
@@ -109,18 +126,59 @@ def _common(a: Sequence[int], b: Sequence[int]) -> int:
 TOOL_TASKS = ("off_by_one_slice", "docstring_function", "new_test_shout",
               "rename_across_files", "new_param_times")
 
+# Exercism exercises recorded as `spec-agent eval --suite exercism` runs them (the default
+# settings, two tries, the checks and fix rounds inside each): the first ten of the tune
+# half in the split's order, fixed before any was replayed. Sessions of whole solutions
+# written, tested and rewritten.
+EXERCISM_SESSIONS = ("accumulate", "acronym", "alphametics", "armstrong-numbers",
+                     "binary-search-tree", "bowling", "camicia", "clock", "crypto-square",
+                     "custom-set")
+EXERCISM_TIME_LIMIT_S = 600.0
+
+
+def _recording(model_for, turns: list[Turn]):
+    """`model_for` whose models append every model call of their session to `turns`
+    (the exact prompt tokens, the reply tokens, the finish reason)."""
+    from ..events import GenerationStats, TextDelta
+
+    patched: set[int] = set()
+
+    def model_for_task(ctx):
+        model = model_for(ctx)
+        if id(model.session) not in patched:
+            patched.add(id(model.session))
+            generate = model.session.generate
+
+            def gen(prompt, *a, **kw):
+                params = kw.get("params", a[0] if a else None)
+                reply: list[int] = []
+                for ev in generate(prompt, *a, **kw):
+                    if isinstance(ev, TextDelta):
+                        reply += ev.tokens
+                    elif isinstance(ev, GenerationStats):
+                        turns.append(Turn(list(prompt), reply, ev.finish_reason,
+                                          params_dict(params) if params is not None else {}))
+                    yield ev
+            model.session.generate = gen
+        return model
+
+    return model_for_task
+
 
 def record(cfg, names: list[str], subset: str, out: Path, time_limit_s: float, log,
-           runner, tasks_mod, formats: Sequence[str] = ("whole", "tool")) -> int:
+           runner, tasks_mod, formats: Sequence[str] = ("whole", "tool"),
+           exercism=None) -> int:
     """Run the eval tasks with the agent as `spec-agent eval` does, per edit format (whole:
     the model replies with the file, mostly one turn; tool: edit_file/write_file and the
-    other tools, several turns; only `TOOL_TASKS` unless tasks are named), and write every
-    model turn. Sessions in `out` that are not recorded again are kept (in their order).
-    `runner` and `tasks_mod` are agent.eval.runner and agent.eval.tasks, handed in by the
-    command line (bench/ sits beside eval/, not above it)."""
+    other tools, several turns; only `TOOL_TASKS` unless tasks are named), and, given
+    `exercism` = (agent.eval.exercism, agent.eval.exercism_run) and the exercises' folder,
+    the `EXERCISM_SESSIONS` as `eval --suite exercism` runs them; write every model call.
+    `names` picks tasks and exercises (an exercise is recorded when named, whether or not
+    it is one of `EXERCISM_SESSIONS`). Sessions in `out` that are not recorded again are
+    kept (in their order). `runner` and `tasks_mod` are agent.eval.runner and
+    agent.eval.tasks, handed in by the command line (bench/ sits beside eval/, not above
+    it)."""
     from dataclasses import replace
-
-    from ..events import GenerationStats, TextDelta
 
     eval_config, local_model_factory = runner.eval_config, runner.local_model_factory
     run_task, load_tasks = runner.run_task, tasks_mod.load_tasks
@@ -136,31 +194,22 @@ def record(cfg, names: list[str], subset: str, out: Path, time_limit_s: float, l
             settings = dict(data.get("settings", {}))
         except (KeyError, ValueError):
             kept = []
-    for fmt in formats:
-        tasks = load_tasks(subset, names or (list(TOOL_TASKS) if fmt == "tool" else None))
+    task_names = {t.name for t in load_tasks("all")}
+    named_tasks = [n for n in names if n in task_names]
+    named_exercises = [n for n in names if n not in task_names]
+
+    def save(c) -> None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(encode(c.model, kept + sessions, settings),
+                                  separators=(",", ":")))
+
+    for fmt in formats if named_tasks or not names else ():
+        tasks = load_tasks(subset, named_tasks or (list(TOOL_TASKS) if fmt == "tool" else None))
         redo = {t.name for t in tasks}
-        kept = [s for s in kept if not (s.edit_format == fmt and s.task in redo)]
+        kept = [s for s in kept if not (s.suite == "tasks" and s.edit_format == fmt
+                                        and s.task in redo)]
         c = eval_config(replace(cfg, edit_format=fmt))
-        model_for = local_model_factory(c)
-        patched: set[int] = set()
-
-        def model_for_task(ctx, model_for=model_for, patched=patched):
-            model = model_for(ctx)
-            if id(model.session) not in patched:  # record each model turn of the session
-                patched.add(id(model.session))
-                generate = model.session.generate
-
-                def gen(prompt, *a, **kw):
-                    reply: list[int] = []
-                    for ev in generate(prompt, *a, **kw):
-                        if isinstance(ev, TextDelta):
-                            reply += ev.tokens
-                        elif isinstance(ev, GenerationStats):
-                            turns.append(Turn(list(prompt), reply, ev.finish_reason))
-                        yield ev
-                model.session.generate = gen
-            return model
-
+        model_for_task = _recording(local_model_factory(c), turns)
         settings[fmt] = dict(model=c.model, temperature=c.temperature, max_tokens=c.max_tokens,
                              max_turns=c.max_turns, edit_format=fmt,
                              constrained_calls=c.constrained_calls, time_limit_s=time_limit_s)
@@ -172,9 +221,25 @@ def record(cfg, names: list[str], subset: str, out: Path, time_limit_s: float, l
                                      list(turns), fmt))
             log(f"  {fmt:5} {task.name:24} {'PASS' if r.passed else 'fail'} {len(turns)} turns, "
                 f"{sum(len(t.reply) for t in turns)} reply tokens, {time.perf_counter() - t0:.0f} s")
-            out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(json.dumps(encode(c.model, kept + sessions, settings),
-                                      separators=(",", ":")))
+            save(c)
+    if exercism is not None and (named_exercises or not names):
+        ex_mod, ex_run = exercism
+        exercises = ex_mod.load_exercises(ex_mod.default_dir(),
+                                          ",".join(named_exercises or EXERCISM_SESSIONS))
+        redo = {e.name for e in exercises}
+        kept = [s for s in kept if not (s.suite == "exercism" and s.task in redo)]
+        c = eval_config(cfg)
+        model_for_task = _recording(local_model_factory(c), turns)
+        settings["exercism"] = dict(ex_run.settings_of(c), time_limit_s=EXERCISM_TIME_LIMIT_S)
+        for ex in exercises:
+            turns.clear()
+            t0 = time.perf_counter()
+            r = ex_run.run_exercise(ex, c, model_for_task, EXERCISM_TIME_LIMIT_S)
+            sessions.append(Recorded(ex.name, ex.subset, "exercism", r.passed_2, list(turns),
+                                     c.edit_format, "exercism"))
+            log(f"  exercism {ex.name:24} {'PASS' if r.passed_2 else 'fail'} {len(turns)} turns, "
+                f"{sum(len(t.reply) for t in turns)} reply tokens, {time.perf_counter() - t0:.0f} s")
+            save(c)
     return len(sessions)
 
 
@@ -205,7 +270,8 @@ class Mode:
     tokens: int = 0
     decode_s: float = 0.0
     by_source: dict = field(default_factory=dict)  # source -> [drafted, accepted]
-    outputs: list = field(default_factory=list)  # this session's replies
+    replies: list = field(default_factory=list)  # this session's replies
+    outputs: list = field(default_factory=list)  # the same, None for a sampled one
 
 
 def _modes(target, draft, pstore, cfg) -> list[Mode]:
@@ -240,15 +306,18 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
     from .. import models
     from ..engine.blas import loaded_blas
     from ..engine.prefix_store import PrefixStore
+    import mlx.core as mx
+
+    from ..engine.sampling import SamplingParams
     from ..engine.suffix import SuffixIndex
 
     model_name, sessions = load(path)
     if names:
         unknown = [n for n in names if n not in {s.task for s in sessions}
-                   | {s.edit_format for s in sessions}]
+                   | {s.edit_format for s in sessions} | {s.suite for s in sessions}]
         if unknown:
             raise ValueError(f"no recorded session for: {', '.join(unknown)}")
-    cap = tokens or (48 if quick else 256)
+    cap = tokens or (48 if quick else max(cfg.max_tokens, 1))
     if quick:
         names = names or [s.task for s in sessions if len(s.turns) > 1][:1] or [sessions[0].task]
     if target is None:
@@ -259,7 +328,8 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
     pstore = PrefixStore(None, memory_mb=4096, disk_mb=0)
     modes = _modes(target, draft, pstore, cfg)
     eos = set(target.eos_ids)
-    picked = lambda s: not names or s.task in names or s.edit_format in names  # noqa: E731
+    picked = lambda s: (not names or s.task in names or s.edit_format in names  # noqa: E731
+                        or s.suite in names)
     chosen_n = sum(1 for s in sessions if picked(s))
     log(f"{chosen_n} recorded sessions of {model_name}, replayed with "
         f"{target.name}{' + draft ' + draft.name if draft else ''}; up to {cap} tokens per "
@@ -279,17 +349,24 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
         for m in modes:
             for lk in m.lookups:
                 lk.suffix = index
-            m.tokens, m.decode_s, m.by_source, m.outputs = 0, 0.0, {}, []
+            m.tokens, m.decode_s, m.by_source, m.outputs, m.replies = 0, 0.0, {}, [], []
+        sampled = 0
         for t in s.turns:
             # Alternate the order turn by turn (plain first, then last, ...).
             order_ = modes[turn_no % len(modes):] + modes[: turn_no % len(modes)]
             turn_no += 1
+            params = SamplingParams(**t.params)
+            sampled += not params.greedy
             for m in order_:
+                if not params.greedy:  # every mode draws from the same seed
+                    mx.random.seed(turn_no)
                 # as many tokens as the agent's reply had (and its stop token), at most `cap`
-                done = m.session.complete(t.prompt, max_tokens=min(cap, len(t.reply) + 1),
-                                          stop_tokens=eos)
+                done = m.session.complete(t.prompt, params=params,
+                                          max_tokens=min(cap, len(t.reply) + 1), stop_tokens=eos)
                 st = done.stats
-                m.outputs.append(done.tokens)
+                # only greedy replies are compared with plain's
+                m.outputs.append(done.tokens if params.greedy else None)
+                m.replies.append(done.tokens)
                 gen = st.generated_tokens
                 if gen > 1:
                     m.tokens += gen - 1  # decode speed counts from the first token on
@@ -298,10 +375,11 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
                     tally = m.by_source.setdefault(src, [0, 0])
                     tally[0] += d
                     tally[1] += a
-            index.add(modes[0].outputs[-1])  # the agent adds each reply after its turn
+            index.add(modes[0].replies[-1])  # the agent adds each reply after its turn
         plain = modes[0]
-        row = dict(session=s.task, subset=s.subset, edit_format=s.edit_format, turns=len(s.turns),
-                   tokens=sum(len(o) for o in plain.outputs), suffix_index_tokens=held,
+        row = dict(session=s.task, suite=s.suite, subset=s.subset, edit_format=s.edit_format,
+                   turns=len(s.turns), sampled_turns=sampled,
+                   tokens=sum(len(o) for o in plain.replies), suffix_index_tokens=held,
                    suffix_index_tokens_end=len(index))
         for m in modes:
             tps = m.tokens / m.decode_s if m.decode_s > 0 else 0.0
@@ -324,10 +402,17 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
 
 
 def summarize(rows: list[dict], modes: list[str], info: dict) -> dict:
-    """Per mode: the ratio to plain per session, its median, mean and minimum; the ratio of
-    total tokens / total decode time over all sessions; lookup+suffix against lookup alone."""
+    """Per mode: the ratio to plain per session, its median, mean and minimum, over all
+    sessions and per group of sessions (own tasks per edit format, Exercism); acceptance per
+    drafter source; lookup+suffix against lookup alone."""
     out = dict(info, sessions=rows, modes=modes)
     spec = modes[1:]
+    groups: dict[str, list[dict]] = {}
+    for r in rows:
+        groups.setdefault(group_of(r), []).append(r)
+    out["groups"] = {g: dict(sessions=len(rs), **{
+        f"{name}_vs_plain_median": statistics.median(r[f"{name}_vs_plain"] for r in rs)
+        for name in spec}) for g, rs in groups.items()}
     for name in spec:
         ratios = [r[f"{name}_vs_plain"] for r in rows]
         out[f"{name}_vs_plain_median"] = statistics.median(ratios) if ratios else 0.0
@@ -348,6 +433,12 @@ def summarize(rows: list[dict], modes: list[str], info: dict) -> dict:
     return out
 
 
+def group_of(row: dict) -> str:
+    """"tasks/whole", "tasks/tool" or "exercism"."""
+    suite = row.get("suite", "tasks")
+    return suite if suite == "exercism" else f"{suite}/{row['edit_format']}"
+
+
 def print_report(r: dict) -> None:
     print(f"agentic replays: {len(r['sessions'])} sessions of {r['model']} (target {r['target']}"
           f"{', draft ' + r['draft'] if r['draft'] else ''}), up to {r['tokens_per_turn']} tokens "
@@ -358,6 +449,9 @@ def print_report(r: dict) -> None:
         print(f"  {name:14} vs plain: median {r[name + '_vs_plain_median']:.2f}x, mean "
               f"{r[name + '_vs_plain_mean']:.2f}x, min {r[name + '_vs_plain_min']:.2f}x"
               f"  acceptance: {acc or 'n/a'}")
+    for g, v in r["groups"].items():
+        print(f"  {g:14} {v['sessions']:2} sessions, median vs plain: "
+              + ", ".join(f"{m} {v[m + '_vs_plain_median']:.2f}x" for m in r["modes"][1:]))
     if "lookup_suffix_vs_lookup_min" in r:
         print(f"  lookup+suffix vs lookup alone, worst session: {r['lookup_suffix_vs_lookup_min']:.2f}x")
     print(f"  identical to plain (greedy, every mode, every turn): {r['identical_to_plain']}")
@@ -368,11 +462,17 @@ def print_report(r: dict) -> None:
 
 
 def main(args, cfg, eval_modules=None) -> int:
-    """`eval_modules`: (agent.eval.runner, agent.eval.tasks), for `--record`."""
+    """`eval_modules`: (agent.eval.runner, agent.eval.tasks, agent.eval.exercism,
+    agent.eval.exercism_run), for `--record`."""
     log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
     names = [n for n in args.sessions.split(",") if n] if args.sessions else []
     if args.record:
-        n = record(cfg, names, args.subset, DATA, 150.0, log, *eval_modules)
+        runner, tasks_mod, ex_mod, ex_run = eval_modules
+        here = ex_mod.default_dir().is_dir()
+        if not here:
+            log(f"no Exercism exercises at {ex_mod.default_dir()}: recording the own tasks only")
+        n = record(cfg, names, args.subset, DATA, 150.0, log, runner, tasks_mod,
+                   exercism=(ex_mod, ex_run) if here else None)
         log(f"recorded {n} sessions into {DATA}")
         return 0
     result = run(cfg, names, args.tokens, args.quick, log)
