@@ -62,6 +62,9 @@ def test_replay_is_identical_across_modes_and_the_index_holds_earlier_sessions(p
     for s in r["sessions"]:
         assert s["plain_tps"] > 0 and s["tokens"] > 0
     assert r["lookup+suffix_vs_plain_median"] > 0
+    # medians per group: the tasks' tool sessions, their whole-file one, the multi-turn ones
+    assert {g: v["sessions"] for g, v in r["groups"].items()} == {
+        "tasks/tool": 2, "tasks/whole": 1, "multi-turn": 1}
 
 
 def test_trained_pair_bench_samples_at_temperature_beside_mlx_lm(pair):

@@ -410,6 +410,9 @@ def summarize(rows: list[dict], modes: list[str], info: dict) -> dict:
     groups: dict[str, list[dict]] = {}
     for r in rows:
         groups.setdefault(group_of(r), []).append(r)
+    for r in rows:  # sessions of more than one model call, whatever their group
+        if r["turns"] > 1:
+            groups.setdefault("multi-turn", []).append(r)
     out["groups"] = {g: dict(sessions=len(rs), **{
         f"{name}_vs_plain_median": statistics.median(r[f"{name}_vs_plain"] for r in rs)
         for name in spec}) for g, rs in groups.items()}
@@ -434,7 +437,8 @@ def summarize(rows: list[dict], modes: list[str], info: dict) -> dict:
 
 
 def group_of(row: dict) -> str:
-    """"tasks/whole", "tasks/tool" or "exercism"."""
+    """"tasks/whole", "tasks/tool" or "exercism" (the summary adds "multi-turn": the sessions
+    of more than one model call)."""
     suite = row.get("suite", "tasks")
     return suite if suite == "exercism" else f"{suite}/{row['edit_format']}"
 
