@@ -138,7 +138,7 @@ EXERCISM_TIME_LIMIT_S = 600.0
 
 def _recording(model_for, turns: list[Turn]):
     """`model_for` whose models append every model call of their session to `turns`
-    (the exact prompt tokens, the reply tokens, the finish reason)."""
+    (the exact prompt tokens, the reply tokens, the finish reason, the sampling settings)."""
     from ..events import GenerationStats, TextDelta
 
     patched: set[int] = set()
