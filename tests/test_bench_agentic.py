@@ -169,3 +169,16 @@ def test_record_writes_every_model_call_of_tasks_and_exercises_and_keeps_the_res
     _, again = agentic.load(out)
     assert sorted(s.task for s in again) == sorted(s.task for s in sessions)
     assert again[-1].task == "bowling" and again[-1].suite == "exercism"
+
+
+def test_record_refuses_a_name_that_is_no_task_when_no_exercises_are_at_hand(tmp_path):
+    """Without the Exercism folder, a name that is not an eval task is an error (it would
+    otherwise record nothing and say so only by a count of 0); the file stays untouched."""
+    import pytest
+
+    from agent.eval import runner, tasks
+
+    out = tmp_path / "replays.json"
+    with pytest.raises(tasks.TaskError, match="no_such_task"):
+        agentic.record(Config(), ["no_such_task"], "all", out, 1.0, lambda m: None, runner, tasks)
+    assert not out.exists()

@@ -197,6 +197,8 @@ def record(cfg, names: list[str], subset: str, out: Path, time_limit_s: float, l
     task_names = {t.name for t in load_tasks("all")}
     named_tasks = [n for n in names if n in task_names]
     named_exercises = [n for n in names if n not in task_names]
+    if named_exercises and exercism is None:  # no exercises to look in: unknown tasks
+        load_tasks(subset, named_exercises)  # raises, naming them
 
     def save(c) -> None:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -271,7 +273,6 @@ class Mode:
     decode_s: float = 0.0
     by_source: dict = field(default_factory=dict)  # source -> [drafted, accepted]
     replies: list = field(default_factory=list)  # this session's replies
-    outputs: list = field(default_factory=list)  # the same, None for a sampled one
 
 
 def _modes(target, draft, pstore, cfg) -> list[Mode]:
@@ -303,11 +304,11 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
         target=None, draft=None) -> dict:
     """Replay the sessions in `path` (all, or those of the tasks `names`); `target` and
     `draft` are loaded from the config unless given."""
+    import mlx.core as mx
+
     from .. import models
     from ..engine.blas import loaded_blas
     from ..engine.prefix_store import PrefixStore
-    import mlx.core as mx
-
     from ..engine.sampling import SamplingParams
     from ..engine.suffix import SuffixIndex
 
@@ -349,14 +350,14 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
         for m in modes:
             for lk in m.lookups:
                 lk.suffix = index
-            m.tokens, m.decode_s, m.by_source, m.outputs, m.replies = 0, 0.0, {}, [], []
-        sampled = 0
+            m.tokens, m.decode_s, m.by_source, m.replies = 0, 0.0, {}, []
+        greedy: list[bool] = []  # per turn: only greedy replies are compared with plain's
         for t in s.turns:
             # Alternate the order turn by turn (plain first, then last, ...).
             order_ = modes[turn_no % len(modes):] + modes[: turn_no % len(modes)]
             turn_no += 1
             params = SamplingParams(**t.params)
-            sampled += not params.greedy
+            greedy.append(params.greedy)
             for m in order_:
                 if not params.greedy:  # every mode draws from the same seed
                     mx.random.seed(turn_no)
@@ -364,8 +365,6 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
                 done = m.session.complete(t.prompt, params=params,
                                           max_tokens=min(cap, len(t.reply) + 1), stop_tokens=eos)
                 st = done.stats
-                # only greedy replies are compared with plain's
-                m.outputs.append(done.tokens if params.greedy else None)
                 m.replies.append(done.tokens)
                 gen = st.generated_tokens
                 if gen > 1:
@@ -378,13 +377,14 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
             index.add(modes[0].replies[-1])  # the agent adds each reply after its turn
         plain = modes[0]
         row = dict(session=s.task, suite=s.suite, subset=s.subset, edit_format=s.edit_format,
-                   turns=len(s.turns), sampled_turns=sampled,
+                   turns=len(s.turns), sampled_turns=greedy.count(False),
                    tokens=sum(len(o) for o in plain.replies), suffix_index_tokens=held,
                    suffix_index_tokens_end=len(index))
         for m in modes:
             tps = m.tokens / m.decode_s if m.decode_s > 0 else 0.0
             row[f"{m.name}_tps"] = tps
-            row[f"{m.name}_identical"] = m.outputs == plain.outputs
+            row[f"{m.name}_identical"] = all(a == b for a, b, g in
+                                             zip(m.replies, plain.replies, greedy) if g)
             row[f"{m.name}_by_source"] = {k: dict(drafted=d, accepted=a,
                                                   acceptance=a / d if d else 0.0)
                                           for k, (d, a) in sorted(m.by_source.items())}
