@@ -201,13 +201,21 @@ def _bench_parser(sub) -> None:
     bench.add_argument("--repeat", type=int, default=1,
                        help="spec: run every configuration this many times per workload, in "
                        "turns, and report medians (trained pair at --temperature > 0: each "
-                       "repeat from the next seed)")
+                       "repeat from the next seed); agentic: each drafter mode decodes every "
+                       "turn this many times (plain once)")
     bench.add_argument("--record", action="store_true", default=False,
                        help="agentic: run the eval tasks with the agent and record their "
                        "sessions anew (into the replay file) instead of replaying them")
     bench.add_argument("--sessions", default="",
                        help="agentic: comma-separated task or exercise names (or whole, tool, "
-                       "exercism) to replay, or task and exercise names to record (default: all)")
+                       "exercism, multi-turn) to replay, or task and exercise names to record "
+                       "(default: all)")
+    bench.add_argument("--modes", default="",
+                       help="agentic: comma-separated drafter modes to replay (plain always): "
+                       "lookup, suffix, lookup+suffix, lookup-again, draft, all (default: all)")
+    bench.add_argument("--out", default="",
+                       help="agentic: a JSON-lines record, a row per session as it ends; a run "
+                       "naming the same file again skips the sessions in it (resumes)")
     _engine_flags(bench)
 
 

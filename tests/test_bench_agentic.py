@@ -53,7 +53,8 @@ def test_replay_is_identical_across_modes_and_the_index_holds_earlier_sessions(p
     path = tmp_path / "replays.json"
     path.write_text(json.dumps(encode("tiny", sessions, {})))
     r = agentic.run(Config(), [], 16, False, lambda m: None, path, target, draft)
-    assert r["modes"] == ["plain", "lookup", "suffix", "lookup+suffix", "draft", "all"]
+    assert r["modes"] == ["plain", "lookup", "suffix", "lookup+suffix", "lookup-again", "draft",
+                          "all"]
     assert r["identical_to_plain"] is True
     held = [s["suffix_index_tokens"] for s in r["sessions"]]
     # Session one starts with nothing; two with one's recorded replies; the whole-format
@@ -65,6 +66,76 @@ def test_replay_is_identical_across_modes_and_the_index_holds_earlier_sessions(p
     # medians per group: the tasks' tool sessions, their whole-file one, the multi-turn ones
     assert {g: v["sessions"] for g, v in r["groups"].items()} == {
         "tasks/tool": 2, "tasks/whole": 1, "multi-turn": 1}
+
+
+def _two_sessions(target, path):
+    text = "def add(a, b):\n    return a + b\n"
+    p1 = target.tokenizer.encode(text * 3)
+    reply = target.tokenizer.encode(text)
+    sessions = [Recorded("one", "tune", "c", True, [Turn(p1, reply, "stop"),
+                                                    Turn(p1 + reply + p1[:5], reply[:4], "stop")],
+                         "tool"),
+                Recorded("two", "check", "c", False, [Turn(p1[:9], reply, "stop")], "whole")]
+    path.write_text(json.dumps(encode("tiny", sessions, {})))
+
+
+def test_replay_repeats_chosen_modes_and_resumes_from_its_record(pair, tmp_path):
+    """`--modes` keeps plain and the modes named; `--repeat 2` decodes each turn twice per
+    drafter mode (plain once), every decode compared with plain; `--out` appends a row per
+    session, and a second run naming it replays only the sessions not in it."""
+    target, _ = pair
+    path, out = tmp_path / "replays.json", tmp_path / "rec.jsonl"
+    _two_sessions(target, path)
+    log: list[str] = []
+    r = agentic.run(Config(), ["multi-turn"], 16, False, log.append, path, target, None,
+                    modes=["lookup", "lookup+suffix", "lookup-again"], repeat=2, out=out)
+    assert r["modes"] == ["plain", "lookup", "lookup+suffix", "lookup-again"]
+    assert [s["session"] for s in r["sessions"]] == ["one"]  # the only multi-turn session
+    assert r["identical_to_plain"] is True and r["repeat"] == 2
+    row = r["sessions"][0]
+    # each drafter mode decoded every turn twice, plain once
+    assert row["plain_decoded"] > 0
+    for m in r["modes"][1:]:
+        assert row[f"{m}_decoded"] == 2 * row["plain_decoded"]
+    assert r["lookup_again_vs_lookup_min"] > 0 and r["lookup_suffix_vs_lookup_median"] > 0
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    assert lines[0]["header"]["modes"] == r["modes"] and len(lines) == 2
+    # resumed over every session: "one" is in the record, so only "two" is replayed
+    log.clear()
+    again = agentic.run(Config(), [], 16, False, log.append, path, target, None,
+                        modes=["lookup", "lookup+suffix", "lookup-again"], repeat=2, out=out)
+    assert [s["session"] for s in again["sessions"]] == ["one", "two"]
+    assert again["sessions"][0] == row  # kept from the record, not decoded again
+    assert any("1 already in" in m for m in log)
+    assert len(out.read_text().splitlines()) == 3
+
+
+def test_replay_refuses_what_does_not_fit_before_decoding(pair, tmp_path, capsys):
+    """A mode, a session name or a record of other settings: one line, exit status 2."""
+    import argparse
+
+    import pytest
+
+    target, _ = pair
+    path, out = tmp_path / "replays.json", tmp_path / "rec.jsonl"
+    _two_sessions(target, path)
+    with pytest.raises(ValueError, match="no such mode: tree"):
+        agentic.run(Config(), [], 16, False, print, path, target, None, modes=["tree"])
+    with pytest.raises(ValueError, match="no recorded session for: three"):
+        agentic.run(Config(), ["three"], 16, False, print, path, target, None)
+    with pytest.raises(ValueError, match="needs a draft model"):
+        agentic.run(Config(), [], 16, False, print, path, target, None, modes=["draft"])
+    agentic.run(Config(), ["two"], 8, False, print, path, target, None, modes=["lookup"], out=out)
+    with pytest.raises(ValueError, match=r"other settings \(modes\)"):
+        agentic.run(Config(), [], 8, False, print, path, target, None, modes=["suffix"], out=out)
+    out.write_text("not json\n")
+    with pytest.raises(ValueError, match="not a bench agentic record"):
+        agentic.run(Config(), [], 8, False, print, path, target, None, out=out)
+    args = argparse.Namespace(sessions="nope", record=False, modes="", out="", tokens=8,
+                              quick=False, repeat=1, json=False)
+    assert agentic.main(args, Config()) == 2
+    err = capsys.readouterr().err
+    assert "no recorded session for: nope" in err and "Traceback" not in err
 
 
 def test_trained_pair_bench_samples_at_temperature_beside_mlx_lm(pair):

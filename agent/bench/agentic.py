@@ -11,11 +11,18 @@ reply with each mode in turn, in one process (greedily, or where the agent sampl
 a temperature, e.g. a fresh reply after failed tests, with the call's settings and the same seed
 for every mode):
 - plain; lookup (prompt lookup over the context); suffix (the suffix index alone); lookup +
-  suffix (the product's lookup drafter); with a draft model also the draft alone and all
-  combined (draft + lookup + suffix).
+  suffix (the product's lookup drafter); lookup-again (a second lookup alone with its own
+  policy: two runs of one drafter differ, since the policy picks each round's K from measured
+  timings, and this spread is what lookup + suffix against lookup is read against); with a
+  draft model also the draft alone and all combined (draft + lookup + suffix). `--modes`
+  picks some (plain always).
 Modes alternate their order turn by turn so machine noise hits them alike, and each keeps one
 `Session` and one `Speculator` for the whole run, as the agent does. The prompt KV is shared
-through an in-memory prefix store, so only decoding differs between modes.
+through an in-memory prefix store, so only decoding differs between modes. `--repeat N` has
+each drafter mode decode every turn N times (plain once), in the same rotation. `--out FILE`
+appends each session's row as it ends; a run naming the file again (with the same settings)
+skips the sessions in it, so a long replay can span several sittings (each sitting's drafters
+and policies start fresh).
 
 The suffix index is what a user of this repository would have: when session i starts it
 holds the recorded replies of the sessions recorded before it, except those of the same task
@@ -275,7 +282,11 @@ class Mode:
     replies: list = field(default_factory=list)  # this session's replies
 
 
-def _modes(target, draft, pstore, cfg) -> list[Mode]:
+MODES = ("plain", "lookup", "suffix", "lookup+suffix", "lookup-again", "draft", "all")
+
+
+def _modes(target, draft, pstore, cfg, keep: Sequence[str] = ()) -> list[Mode]:
+    """Plain and every drafter mode (those in `keep`, when given; plain always)."""
     from ..engine.drafters import Combined, DraftModel, PromptLookup
     from ..engine.session import Session
     from ..engine.speculative import SpecPolicy, Speculator
@@ -285,8 +296,12 @@ def _modes(target, draft, pstore, cfg) -> list[Mode]:
     k = cfg.num_draft_tokens or 16
     out = [Mode("plain", Session(target, store=pstore), [])]
     lookup, both, suffix = PromptLookup(max_k=k), PromptLookup(max_k=k), suffix_only(None, k)
+    # "lookup-again": a second lookup alone, its own drafter and policy: how far two runs of
+    # one drafter differ (the policy picks each round's K from measured timings), the
+    # yardstick for lookup + suffix against lookup.
     for name, drafter, lookups in (("lookup", lookup, []), ("suffix", suffix, [suffix]),
-                                   ("lookup+suffix", both, [both])):
+                                   ("lookup+suffix", both, [both]),
+                                   ("lookup-again", PromptLookup(max_k=k), [])):
         out.append(Mode(name, Session(target, speculator=Speculator(drafter, policy()),
                                       store=pstore), lookups))
     if draft is not None:
@@ -297,13 +312,47 @@ def _modes(target, draft, pstore, cfg) -> list[Mode]:
                                        ("all", Combined(model(), everything), [everything])):
             out.append(Mode(name, Session(target, speculator=Speculator(drafter, policy()),
                                           store=pstore), lookups))
-    return out
+    return [m for m in out if m.name == "plain" or not keep or m.name in keep]
+
+
+def _key(row: dict) -> tuple:
+    return row.get("suite", "tasks"), row["edit_format"], row["session"]
+
+
+def _resume(out: Path, header: dict) -> list[dict]:
+    """The rows already in `out` (JSON lines, a header first), or [] for a new file;
+    ValueError when it was written with other settings or is not such a file."""
+    if not out.exists() or out.stat().st_size == 0:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps({"header": header}) + "\n")
+        return []
+    rows = []
+    try:
+        lines = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{out}: not a bench agentic record ({e})") from None
+    if not lines or not isinstance(lines[0], dict) or "header" not in lines[0]:
+        raise ValueError(f"{out}: not a bench agentic record (no header line)")
+    if lines[0]["header"] != header:
+        diff = sorted(k for k in set(header) | set(lines[0]["header"])
+                      if header.get(k) != lines[0]["header"].get(k))
+        raise ValueError(f"{out}: written with other settings ({', '.join(diff)}); "
+                         "name another file to start anew")
+    for row in lines[1:]:
+        if isinstance(row, dict) and "session" in row and "edit_format" in row:
+            rows.append(row)
+    return rows
 
 
 def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path = DATA,
-        target=None, draft=None) -> dict:
-    """Replay the sessions in `path` (all, or those of the tasks `names`); `target` and
-    `draft` are loaded from the config unless given."""
+        target=None, draft=None, modes: Sequence[str] = (), repeat: int = 1,
+        out: Path | None = None) -> dict:
+    """Replay the sessions in `path` (all, or those `names` picks: task or exercise names,
+    "whole", "tool", "tasks", "exercism", "multi-turn"); `target` and `draft` are loaded from
+    the config unless given. `modes`: the drafter modes to run (default all; plain always).
+    `repeat`: each drafter mode decodes each turn this many times (plain once). `out`: a
+    JSON-lines record, one row per session as it ends; sessions already in it are skipped,
+    so an interrupted run resumes (the summary covers every row in it)."""
     import mlx.core as mx
 
     from .. import models
@@ -312,10 +361,16 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
     from ..engine.sampling import SamplingParams
     from ..engine.suffix import SuffixIndex
 
+    if repeat < 1:
+        raise ValueError("--repeat: at least 1")
+    unknown_modes = [m for m in modes if m not in MODES]
+    if unknown_modes:
+        raise ValueError(f"no such mode: {', '.join(unknown_modes)} (modes: {', '.join(MODES)})")
     model_name, sessions = load(path)
     if names:
         unknown = [n for n in names if n not in {s.task for s in sessions}
-                   | {s.edit_format for s in sessions} | {s.suite for s in sessions}]
+                   | {s.edit_format for s in sessions} | {s.suite for s in sessions}
+                   | {"multi-turn"}]
         if unknown:
             raise ValueError(f"no recorded session for: {', '.join(unknown)}")
     cap = tokens or (48 if quick else max(cfg.max_tokens, 1))
@@ -327,78 +382,99 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
     if (cfg.model or model_name) != model_name:
         log(f"note: replaying {model_name}'s sessions with {target.name}")
     pstore = PrefixStore(None, memory_mb=4096, disk_mb=0)
-    modes = _modes(target, draft, pstore, cfg)
+    chosen = _modes(target, draft, pstore, cfg, modes)
+    if len(chosen) < 2:
+        raise ValueError(f"no drafter mode to run: {', '.join(modes)} needs a draft model")
+    info = dict(model=model_name, target=target.name, draft=draft.name if draft else "",
+                tokens_per_turn=cap, blas=loaded_blas(), speculation=cfg.speculation,
+                repeat=repeat)
+    header = dict(info, modes=[m.name for m in chosen], replays=str(path.name))
+    rows = _resume(out, header) if out is not None else []
+    done = {_key(r) for r in rows}
     eos = set(target.eos_ids)
     picked = lambda s: (not names or s.task in names or s.edit_format in names  # noqa: E731
-                        or s.suite in names)
+                        or s.suite in names or ("multi-turn" in names and len(s.turns) > 1))
     chosen_n = sum(1 for s in sessions if picked(s))
     log(f"{chosen_n} recorded sessions of {model_name}, replayed with "
         f"{target.name}{' + draft ' + draft.name if draft else ''}; up to {cap} tokens per "
-        f"turn; modes {', '.join(m.name for m in modes)}; BLAS: {loaded_blas()}")
-    rows = []
+        f"turn; modes {', '.join(m.name for m in chosen)}"
+        f"{f' (each drafter mode {repeat} times per turn)' if repeat > 1 else ''}; "
+        f"BLAS: {loaded_blas()}" + (f"; {len(done)} already in {out}" if done else ""))
     earlier: list[tuple[str, list[int]]] = []  # (task, recorded reply) of the sessions before
     turn_no = 0
     for s in sessions:
-        if not picked(s):
+        key = (s.suite, s.edit_format, s.task)
+        if not picked(s) or key in done:
             earlier += [(s.task, t.reply) for t in s.turns]
             continue
-        index = SuffixIndex(target.name)
-        for task, reply in earlier:
-            if task != s.task:  # not the same task in another edit format: no answer leaks in
-                index.add(reply)
-        held = len(index)
-        for m in modes:
-            for lk in m.lookups:
-                lk.suffix = index
-            m.tokens, m.decode_s, m.by_source, m.replies = 0, 0.0, {}, []
-        greedy: list[bool] = []  # per turn: only greedy replies are compared with plain's
-        for t in s.turns:
-            # Alternate the order turn by turn (plain first, then last, ...).
-            order_ = modes[turn_no % len(modes):] + modes[: turn_no % len(modes)]
-            turn_no += 1
-            params = SamplingParams(**t.params)
-            greedy.append(params.greedy)
-            for m in order_:
-                if not params.greedy:  # every mode draws from the same seed
-                    mx.random.seed(turn_no)
-                # as many tokens as the agent's reply had (and its stop token), at most `cap`
-                done = m.session.complete(t.prompt, params=params,
-                                          max_tokens=min(cap, len(t.reply) + 1), stop_tokens=eos)
-                st = done.stats
-                m.replies.append(done.tokens)
-                gen = st.generated_tokens
-                if gen > 1:
-                    m.tokens += gen - 1  # decode speed counts from the first token on
-                    m.decode_s += st.decode_s
-                for src, d, a in st.by_source:
-                    tally = m.by_source.setdefault(src, [0, 0])
-                    tally[0] += d
-                    tally[1] += a
-            index.add(modes[0].replies[-1])  # the agent adds each reply after its turn
-        plain = modes[0]
-        row = dict(session=s.task, suite=s.suite, subset=s.subset, edit_format=s.edit_format,
-                   turns=len(s.turns), sampled_turns=greedy.count(False),
-                   tokens=sum(len(o) for o in plain.replies), suffix_index_tokens=held,
-                   suffix_index_tokens_end=len(index))
-        for m in modes:
-            tps = m.tokens / m.decode_s if m.decode_s > 0 else 0.0
-            row[f"{m.name}_tps"] = tps
-            row[f"{m.name}_identical"] = all(a == b for a, b, g in
-                                             zip(m.replies, plain.replies, greedy) if g)
-            row[f"{m.name}_by_source"] = {k: dict(drafted=d, accepted=a,
-                                                  acceptance=a / d if d else 0.0)
-                                          for k, (d, a) in sorted(m.by_source.items())}
-        for m in modes[1:]:
-            row[f"{m.name}_vs_plain"] = row[f"{m.name}_tps"] / row["plain_tps"] if row["plain_tps"] else 0.0
+        row = _replay(s, chosen, earlier, SuffixIndex(target.name), repeat, cap, eos, turn_no,
+                      SamplingParams, mx)
+        turn_no += len(s.turns)
         rows.append(row)
-        log(f"  {s.task:22} {row['turns']} turns {row['tokens']:4} tok, index {held:5} tok | plain "
-            f"{row['plain_tps']:5.2f} tok/s | "
-            + " | ".join(f"{m.name} {row[m.name + '_vs_plain']:.2f}x" for m in modes[1:])
-            + f" | identical {all(row[m.name + '_identical'] for m in modes)}")
+        if out is not None:
+            with out.open("a") as f:
+                f.write(json.dumps(row) + "\n")
+        log(f"  {s.task:22} {row['turns']} turns {row['tokens']:4} tok, index "
+            f"{row['suffix_index_tokens']:5} tok | plain {row['plain_tps']:5.2f} tok/s | "
+            + " | ".join(f"{m.name} {row[m.name + '_vs_plain']:.2f}x" for m in chosen[1:])
+            + f" | identical {all(row[m.name + '_identical'] for m in chosen)}")
         earlier += [(s.task, t.reply) for t in s.turns]
-    return summarize(rows, [m.name for m in modes], dict(model=model_name, target=target.name,
-                     draft=draft.name if draft else "", tokens_per_turn=cap, blas=loaded_blas(),
-                     speculation=cfg.speculation))
+    return summarize(rows, [m.name for m in chosen], info)
+
+
+def _replay(s: Recorded, modes: list[Mode], earlier, index, repeat: int, cap: int, eos: set,
+            turn_no: int, SamplingParams, mx) -> dict:
+    """One session replayed with every mode: its report row."""
+    for task, reply in earlier:
+        if task != s.task:  # not the same task in another edit format: no answer leaks in
+            index.add(reply)
+    held = len(index)
+    for m in modes:
+        for lk in m.lookups:
+            lk.suffix = index
+        m.tokens, m.decode_s, m.by_source, m.replies = 0, 0.0, {}, []
+    plain, spec = modes[0], modes[1:]
+    greedy: list[bool] = []  # per turn: only greedy replies are compared with plain's
+    for t in s.turns:
+        # Alternate the order turn by turn (plain first, then last, ...).
+        runs = [plain] + spec * repeat
+        shift = turn_no % len(runs)
+        turn_no += 1
+        params = SamplingParams(**t.params)
+        greedy.append(params.greedy)
+        for m in runs[shift:] + runs[:shift]:
+            if not params.greedy:  # every mode draws from the same seed
+                mx.random.seed(turn_no)
+            # as many tokens as the agent's reply had (and its stop token), at most `cap`
+            done = m.session.complete(t.prompt, params=params,
+                                      max_tokens=min(cap, len(t.reply) + 1), stop_tokens=eos)
+            st = done.stats
+            m.replies.append((len(greedy) - 1, done.tokens))
+            gen = st.generated_tokens
+            if gen > 1:
+                m.tokens += gen - 1  # decode speed counts from the first token on
+                m.decode_s += st.decode_s
+            for src, d, a in st.by_source:
+                tally = m.by_source.setdefault(src, [0, 0])
+                tally[0] += d
+                tally[1] += a
+        index.add(plain.replies[-1][1])  # the agent adds each reply after its turn
+    reference = [tokens for _, tokens in plain.replies]
+    row = dict(session=s.task, suite=s.suite, subset=s.subset, edit_format=s.edit_format,
+               turns=len(s.turns), sampled_turns=greedy.count(False),
+               tokens=sum(len(o) for o in reference), suffix_index_tokens=held,
+               suffix_index_tokens_end=len(index))
+    for m in modes:
+        row[f"{m.name}_tps"] = m.tokens / m.decode_s if m.decode_s > 0 else 0.0
+        row[f"{m.name}_decoded"] = m.tokens  # timed tokens, every repeat summed
+        row[f"{m.name}_identical"] = all(tokens == reference[i]
+                                         for i, tokens in m.replies if greedy[i])
+        row[f"{m.name}_by_source"] = {k: dict(drafted=d, accepted=a,
+                                              acceptance=a / d if d else 0.0)
+                                      for k, (d, a) in sorted(m.by_source.items())}
+    for m in spec:
+        row[f"{m.name}_vs_plain"] = row[f"{m.name}_tps"] / row["plain_tps"] if row["plain_tps"] else 0.0
+    return row
 
 
 def summarize(rows: list[dict], modes: list[str], info: dict) -> dict:
@@ -429,9 +505,13 @@ def summarize(rows: list[dict], modes: list[str], info: dict) -> dict:
                 t[1] += v["accepted"]
         out[f"{name}_acceptance"] = {k: dict(drafted=d, accepted=a, acceptance=a / d if d else 0.0)
                                      for k, (d, a) in sorted(src.items())}
-    if "lookup+suffix" in modes:
-        out["lookup_suffix_vs_lookup_min"] = min(
-            (r["lookup+suffix_tps"] / r["lookup_tps"] for r in rows if r["lookup_tps"]), default=0.0)
+    # Against lookup alone, per session: lookup + suffix, and lookup's second run (the spread
+    # between two runs of one drafter, which the first must be read against).
+    for name, tag in (("lookup+suffix", "lookup_suffix"), ("lookup-again", "lookup_again")):
+        if name in modes and "lookup" in modes:
+            vs = [r[f"{name}_tps"] / r["lookup_tps"] for r in rows if r["lookup_tps"]]
+            out[f"{tag}_vs_lookup_min"] = min(vs, default=0.0)
+            out[f"{tag}_vs_lookup_median"] = statistics.median(vs) if vs else 0.0
     out["identical_to_plain"] = all(r[f"{m}_identical"] for r in rows for m in modes)
     return out
 
@@ -456,8 +536,10 @@ def print_report(r: dict) -> None:
     for g, v in r["groups"].items():
         print(f"  {g:14} {v['sessions']:2} sessions, median vs plain: "
               + ", ".join(f"{m} {v[m + '_vs_plain_median']:.2f}x" for m in r["modes"][1:]))
-    if "lookup_suffix_vs_lookup_min" in r:
-        print(f"  lookup+suffix vs lookup alone, worst session: {r['lookup_suffix_vs_lookup_min']:.2f}x")
+    for name, tag in (("lookup+suffix", "lookup_suffix"), ("lookup-again", "lookup_again")):
+        if f"{tag}_vs_lookup_min" in r:
+            print(f"  {name} vs lookup alone: median {r[tag + '_vs_lookup_median']:.2f}x, "
+                  f"worst session {r[tag + '_vs_lookup_min']:.2f}x")
     print(f"  identical to plain (greedy, every mode, every turn): {r['identical_to_plain']}")
     for s in r["sessions"]:
         print(f"  {s['session']:22} {s['turns']} turns {s['tokens']:4} tok, index "
@@ -479,7 +561,14 @@ def main(args, cfg, eval_modules=None) -> int:
                    exercism=(ex_mod, ex_run) if here else None)
         log(f"recorded {n} sessions into {DATA}")
         return 0
-    result = run(cfg, names, args.tokens, args.quick, log)
+    modes = [m for m in args.modes.split(",") if m] if args.modes else []
+    out = Path(args.out) if args.out else None
+    try:
+        result = run(cfg, names, args.tokens, args.quick, log, modes=modes, repeat=args.repeat,
+                     out=out)
+    except ValueError as e:  # a name, a mode or a record file that does not fit
+        log(f"spec-agent bench agentic: {e}")
+        return 2
     if args.json:
         print(json.dumps(result, indent=1))
     else:
