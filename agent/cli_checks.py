@@ -27,9 +27,9 @@ ENGINE = {"model": "-m/--model", "draft_model": "--draft-model", "num_draft_toke
           "device": "--device", "blas": "--blas", "engine": "--engine", "base_url": "--base-url"}
 BENCH = {"quick": "--quick", "tokens": "--tokens", "subset": "--subset",
          "through_eos": "--through-eos", "pair": "--pair", "eps": "--eps", "record": "--record",
-         "sessions": "--sessions", "repeat": "--repeat"}
+         "sessions": "--sessions", "repeat": "--repeat", "modes": "--modes", "out": "--out"}
 DEFAULTS = {"output_format": "text", "input_format": "text", "subset": "all", "pair": "auto",
-            "eps": 0.5, "sessions": "", "repeat": 1}
+            "eps": 0.5, "sessions": "", "repeat": 1, "modes": "", "out": ""}
 
 # What each bench reads (agent/bench/spec.py, cache.py, lookup.py, grammar.py, agentic.py),
 # besides --json.
@@ -41,8 +41,11 @@ BENCH_READS = {
     "lookup": {"quick", "tokens", "subset", "through_eos", "model", "device", "blas"},
     "grammar": {"model", "device", "blas"},
     "agentic": {"quick", "tokens", "record", "sessions", "subset", "model", "draft_model",
-                "device", "blas", "speculation", "num_draft_tokens"},
+                "device", "blas", "speculation", "num_draft_tokens", "repeat", "modes", "out"},
 }
+# What `bench agentic --record` does not read (it runs the agent, it replays nothing).
+AGENTIC_REPLAY_ONLY = {"quick": "--quick", "tokens": "--tokens", "repeat": "--repeat",
+                       "modes": "--modes", "out": "--out"}
 
 
 def _given(args, names: dict[str, str]) -> list[str]:
@@ -78,6 +81,8 @@ def refuse_unused(args) -> None:
         reads = BENCH_READS[args.what]
         unused = {k: v for k, v in {**ENGINE, **BENCH}.items() if k not in reads}
         _refuse(_given(args, {**session, **unused}), f"`bench {args.what}`")
+        if args.what == "agentic" and getattr(args, "record", False):
+            _refuse(_given(args, AGENTIC_REPLAY_ONLY), "`bench agentic --record`")
     if cmd is not None and getattr(args, "prompt", None) is not None:
         _refuse(["-p"], f"`spec-agent {cmd}`")
     if cmd is None:

@@ -31,6 +31,8 @@ def cli(*args, cwd=None, env=None):
     (["bench", "cache", "--quick"], "--quick", "bench cache"),
     (["bench", "grammar", "--tokens", "5"], "--tokens", "bench grammar"),
     (["bench", "lookup", "--pair", "controlled"], "--pair", "bench lookup"),
+    (["bench", "spec", "--modes", "lookup"], "--modes", "bench spec"),
+    (["bench", "agentic", "--record", "--out", "r.jsonl"], "--out", "bench agentic --record"),
     (["--output-format", "json", "models", "list"], "--output-format", "spec-agent models"),
     (["--max-turns", "3", "undo", "--list"], "--max-turns", "spec-agent undo"),
     (["-c", "config", "show"], "-c/--continue", "config show"),
