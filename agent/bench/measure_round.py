@@ -4,7 +4,8 @@ calls).
 A round of prompt lookup: the history grew by a few tokens (or was cut back by a few, as when
 a new turn re-renders the tail), then `propose`. For the draft model the measured part is
 its resync with the history (`_sync`) on a stub cache, the part that used to scan the whole
-context. Compares this checkout's drafters with another version's file (default: the one in
+context. The lookup round is also measured with a suffix index at its cap (65,536 tokens of
+earlier replies, consulted at every fresh match), the product's lookup drafter. Compares this checkout's drafters with another version's file (default: the one in
 git HEAD~N given by --rev). Usage: .venv/bin/python -m agent.bench.measure_round [--rev REV]
 """
 
@@ -53,10 +54,23 @@ class StubCache:
         self.offset = min(self.offset, n)
 
 
-def lookup_round_us(mod, ctx: int, rounds: int = 300, rewind_every: int = 10) -> float:
+def full_suffix_index():
+    """A suffix index at its cap, of other text than `corpus`'s: the tests' bytes, in
+    replies of 400 tokens."""
+    from agent.engine.suffix import SuffixIndex
+
+    index = SuffixIndex("bench")
+    data = b"".join(p.read_bytes() for p in sorted((ROOT / "tests").rglob("*.py")))
+    for i in range(0, min(len(data), 2 * index.cap), 400):
+        index.add(list(data[i : i + 400]))
+    return index
+
+
+def lookup_round_us(mod, ctx: int, rounds: int = 300, rewind_every: int = 10,
+                    suffix=None) -> float:
     rng = random.Random(0)
     hist = corpus(ctx)
-    lk = mod.PromptLookup()
+    lk = mod.PromptLookup(suffix=suffix) if suffix is not None else mod.PromptLookup()
     lk.match(hist, 8)
     times = []
     for i in range(rounds):
@@ -75,7 +89,7 @@ def lookup_round_us(mod, ctx: int, rounds: int = 300, rewind_every: int = 10) ->
 
 def draft_sync_us(mod, ctx: int, rounds: int = 300) -> float:
     dm = mod.DraftModel.__new__(mod.DraftModel)
-    dm.cache, dm.fed, dm.synced = StubCache(), [], 0
+    dm.cache, dm.fed, dm.synced, dm.scanned, dm._tree = StubCache(), [], 0, 0, None
     hist = corpus(ctx)
     dm.fed = list(hist[:-1])
     dm.cache.offset = len(dm.fed)
@@ -100,11 +114,18 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rev", default="HEAD", help="git revision of the version to compare with")
     args = p.parse_args()
+    index = full_suffix_index()
     for label, mod in (("this checkout", load_drafters(None)), (args.rev, load_drafters(args.rev))):
         for ctx in (1024, 16384):
             (lm, lmed), (dm, dmed) = lookup_round_us(mod, ctx), draft_sync_us(mod, ctx)
             print(f"{label:14} @ {ctx // 1024:2d}k  lookup round: mean {lm:8.1f} us, median "
                   f"{lmed:7.1f} us | draft-model resync: mean {dm:7.1f} us, median {dmed:6.1f} us")
+            try:
+                sm, smed = lookup_round_us(mod, ctx, suffix=index)
+            except TypeError:  # a version without the suffix index
+                continue
+            print(f"{label:14} @ {ctx // 1024:2d}k  lookup + suffix round ({len(index)}-token "
+                  f"index): mean {sm:8.1f} us, median {smed:7.1f} us")
 
 
 if __name__ == "__main__":
