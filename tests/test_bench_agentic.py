@@ -108,6 +108,13 @@ def test_replay_repeats_chosen_modes_and_resumes_from_its_record(pair, tmp_path)
     assert again["sessions"][0] == row  # kept from the record, not decoded again
     assert any("1 already in" in m for m in log)
     assert len(out.read_text().splitlines()) == 3
+    # a row cut short (a run killed while writing it) is dropped, and that session runs again
+    out.write_text(out.read_text()[:-40])
+    third = agentic.run(Config(), [], 16, False, log.append, path, target, None,
+                        modes=["lookup", "lookup+suffix", "lookup-again"], repeat=2, out=out)
+    assert [s["session"] for s in third["sessions"]] == ["one", "two"]
+    assert [json.loads(x).get("session") for x in out.read_text().splitlines()] == [
+        None, "one", "two"]
 
 
 def test_replay_refuses_what_does_not_fit_before_decoding(pair, tmp_path, capsys):

@@ -328,9 +328,18 @@ def _resume(out: Path, header: dict) -> list[dict]:
         return []
     rows = []
     try:
-        lines = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        text = [line for line in out.read_text().splitlines() if line.strip()]
+    except (OSError, UnicodeDecodeError) as e:
         raise ValueError(f"{out}: not a bench agentic record ({e})") from None
+    lines = []
+    for i, line in enumerate(text):
+        try:
+            lines.append(json.loads(line))
+        except json.JSONDecodeError as e:
+            if i == 0 or i < len(text) - 1:
+                raise ValueError(f"{out}: not a bench agentic record (line {i + 1}: {e})") from None
+            # a row cut short by an interrupted write: dropped, that session replays again
+            out.write_text("".join(line + "\n" for line in text[:-1]))
     if not lines or not isinstance(lines[0], dict) or "header" not in lines[0]:
         raise ValueError(f"{out}: not a bench agentic record (no header line)")
     if lines[0]["header"] != header:
@@ -403,13 +412,14 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
     earlier: list[tuple[str, list[int]]] = []  # (task, recorded reply) of the sessions before
     turn_no = 0
     for s in sessions:
-        key = (s.suite, s.edit_format, s.task)
-        if not picked(s) or key in done:
+        # turn_no counts every recorded turn, so the order of modes and a sampled turn's seed
+        # do not depend on which sessions are picked or already done
+        turn_no += len(s.turns)
+        if not picked(s) or (s.suite, s.edit_format, s.task) in done:
             earlier += [(s.task, t.reply) for t in s.turns]
             continue
-        row = _replay(s, chosen, earlier, SuffixIndex(target.name), repeat, cap, eos, turn_no,
-                      SamplingParams, mx)
-        turn_no += len(s.turns)
+        row = _replay(s, chosen, earlier, SuffixIndex(target.name), repeat, cap, eos,
+                      turn_no - len(s.turns), SamplingParams, mx)
         rows.append(row)
         if out is not None:
             with out.open("a") as f:
