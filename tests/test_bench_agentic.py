@@ -3,8 +3,11 @@ greedy output token for token, and the suffix index holds earlier sessions' repl
 
 from __future__ import annotations
 
+import argparse
 import json
 import random
+
+import pytest
 
 from agent.bench import agentic
 from agent.bench.agentic import Recorded, Turn, decode, encode
@@ -98,6 +101,13 @@ def test_replay_repeats_chosen_modes_and_resumes_from_its_record(pair, tmp_path)
     for m in r["modes"][1:]:
         assert row[f"{m}_decoded"] == 2 * row["plain_decoded"]
     assert r["lookup_again_vs_lookup_min"] > 0 and r["lookup_suffix_vs_lookup_median"] > 0
+    # lookup alone from its two runs: every token over every second of both
+    both = (row["lookup_decoded"] + row["lookup-again_decoded"]) / (
+        row["lookup_decoded"] / row["lookup_tps"]
+        + row["lookup-again_decoded"] / row["lookup-again_tps"])
+    assert min(row["lookup_tps"], row["lookup-again_tps"]) <= both <= max(
+        row["lookup_tps"], row["lookup-again_tps"])
+    assert r["lookup_suffix_vs_lookup_pooled_min"] == pytest.approx(row["lookup+suffix_tps"] / both)
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert lines[0]["header"]["modes"] == r["modes"] and len(lines) == 2
     # resumed over every session: "one" is in the record, so only "two" is replayed
@@ -119,10 +129,6 @@ def test_replay_repeats_chosen_modes_and_resumes_from_its_record(pair, tmp_path)
 
 def test_replay_refuses_what_does_not_fit_before_decoding(pair, tmp_path, capsys):
     """A mode, a session name or a record of other settings: one line, exit status 2."""
-    import argparse
-
-    import pytest
-
     target, _ = pair
     path, out = tmp_path / "replays.json", tmp_path / "rec.jsonl"
     _two_sessions(target, path)
@@ -252,8 +258,6 @@ def test_record_writes_every_model_call_of_tasks_and_exercises_and_keeps_the_res
 def test_record_refuses_a_name_that_is_no_task_when_no_exercises_are_at_hand(tmp_path):
     """Without the Exercism folder, a name that is not an eval task is an error (it would
     otherwise record nothing and say so only by a count of 0); the file stays untouched."""
-    import pytest
-
     from agent.eval import runner, tasks
 
     out = tmp_path / "replays.json"

@@ -522,8 +522,20 @@ def summarize(rows: list[dict], modes: list[str], info: dict) -> dict:
             vs = [r[f"{name}_tps"] / r["lookup_tps"] for r in rows if r["lookup_tps"]]
             out[f"{tag}_vs_lookup_min"] = min(vs, default=0.0)
             out[f"{tag}_vs_lookup_median"] = statistics.median(vs) if vs else 0.0
+    if {"lookup+suffix", "lookup", "lookup-again"} <= set(modes):
+        # lookup alone from both of its runs: every token over every second of the two
+        vs = [r["lookup+suffix_tps"] / _pooled(r, ("lookup", "lookup-again")) for r in rows
+              if r["lookup_tps"] and r["lookup-again_tps"]]
+        out["lookup_suffix_vs_lookup_pooled_min"] = min(vs, default=0.0)
+        out["lookup_suffix_vs_lookup_pooled_median"] = statistics.median(vs) if vs else 0.0
     out["identical_to_plain"] = all(r[f"{m}_identical"] for r in rows for m in modes)
     return out
+
+
+def _pooled(row: dict, modes: Sequence[str]) -> float:
+    """tok/s of several modes' decodes of a session taken together."""
+    tokens = sum(row[f"{m}_decoded"] for m in modes)
+    return tokens / sum(row[f"{m}_decoded"] / row[f"{m}_tps"] for m in modes)
 
 
 def group_of(row: dict) -> str:
@@ -550,6 +562,10 @@ def print_report(r: dict) -> None:
         if f"{tag}_vs_lookup_min" in r:
             print(f"  {name} vs lookup alone: median {r[tag + '_vs_lookup_median']:.2f}x, "
                   f"worst session {r[tag + '_vs_lookup_min']:.2f}x")
+    if "lookup_suffix_vs_lookup_pooled_min" in r:
+        print(f"  lookup+suffix vs lookup alone (its two runs pooled): median "
+              f"{r['lookup_suffix_vs_lookup_pooled_median']:.2f}x, worst session "
+              f"{r['lookup_suffix_vs_lookup_pooled_min']:.2f}x")
     print(f"  identical to plain (greedy, every mode, every turn): {r['identical_to_plain']}")
     for s in r["sessions"]:
         print(f"  {s['session']:22} {s['turns']} turns {s['tokens']:4} tok, index "
