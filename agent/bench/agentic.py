@@ -362,12 +362,10 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
     `repeat`: each drafter mode decodes each turn this many times (plain once). `out`: a
     JSON-lines record, one row per session as it ends; sessions already in it are skipped,
     so an interrupted run resumes (the summary covers every row in it)."""
-    import mlx.core as mx
 
     from .. import models
     from ..engine.blas import loaded_blas
     from ..engine.prefix_store import PrefixStore
-    from ..engine.sampling import SamplingParams
     from ..engine.suffix import SuffixIndex
 
     if repeat < 1:
@@ -419,7 +417,7 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
             earlier += [(s.task, t.reply) for t in s.turns]
             continue
         row = _replay(s, chosen, earlier, SuffixIndex(target.name), repeat, cap, eos,
-                      turn_no - len(s.turns), SamplingParams, mx)
+                      turn_no - len(s.turns))
         rows.append(row)
         if out is not None:
             with out.open("a") as f:
@@ -433,8 +431,14 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
 
 
 def _replay(s: Recorded, modes: list[Mode], earlier, index, repeat: int, cap: int, eos: set,
-            turn_no: int, SamplingParams, mx) -> dict:
-    """One session replayed with every mode: its report row."""
+            turn_no: int) -> dict:
+    """One session replayed with every mode: its report row. `index`: an empty suffix
+    index, filled with the earlier sessions' replies; `turn_no`: the session's first call's
+    place in the file."""
+    import mlx.core as mx
+
+    from ..engine.sampling import SamplingParams
+
     for task, reply in earlier:
         if task != s.task:  # not the same task in another edit format: no answer leaks in
             index.add(reply)
