@@ -264,3 +264,16 @@ def test_record_refuses_a_name_that_is_no_task_when_no_exercises_are_at_hand(tmp
     with pytest.raises(tasks.TaskError, match="no_such_task"):
         agentic.record(Config(), ["no_such_task"], "all", out, 1.0, lambda m: None, runner, tasks)
     assert not out.exists()
+
+
+def test_quick_replays_one_session_the_first_of_several_calls(pair, tmp_path):
+    """`--quick` without names: one session, not the task's sessions in both edit formats."""
+    target, _ = pair
+    p = target.tokenizer.encode("def add(a, b):\n    return a + b\n" * 2)
+    sessions = [Recorded("one", "tune", "c", True, [Turn(p, p[:6], "stop")], "whole"),
+                Recorded("two", "tune", "c", True, [Turn(p, p[:6], "stop")] * 2, "whole"),
+                Recorded("two", "tune", "c", True, [Turn(p, p[:6], "stop")] * 2, "tool")]
+    path = tmp_path / "replays.json"
+    path.write_text(json.dumps(encode("tiny", sessions, {})))
+    r = agentic.run(Config(), [], 8, True, lambda m: None, path, target, None, modes=["lookup"])
+    assert [(s["session"], s["edit_format"]) for s in r["sessions"]] == [("two", "whole")]

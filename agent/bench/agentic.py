@@ -381,8 +381,10 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
         if unknown:
             raise ValueError(f"no recorded session for: {', '.join(unknown)}")
     cap = tokens or (48 if quick else max(cfg.max_tokens, 1))
-    if quick:
-        names = names or [s.task for s in sessions if len(s.turns) > 1][:1] or [sessions[0].task]
+    # --quick without names: one session, the first of several model calls (one task's
+    # name would pick its sessions in both edit formats)
+    only = None if names or not quick else next((s for s in sessions if len(s.turns) > 1),
+                                                sessions[0])
     if target is None:
         target = models.load(cfg.model or model_name, device="cpu")
         draft = models.load(cfg.draft_model, device="cpu") if cfg.draft_model else None
@@ -399,7 +401,8 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
     rows = _resume(out, header) if out is not None else []
     done = {_key(r) for r in rows}
     eos = set(target.eos_ids)
-    picked = lambda s: (not names or s.task in names or s.edit_format in names  # noqa: E731
+    picked = lambda s: (s is only if only is not None else  # noqa: E731
+                        not names or s.task in names or s.edit_format in names
                         or s.suite in names or ("multi-turn" in names and len(s.turns) > 1))
     chosen_n = sum(1 for s in sessions if picked(s))
     log(f"{chosen_n} recorded sessions of {model_name}, replayed with "
