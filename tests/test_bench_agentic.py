@@ -144,6 +144,9 @@ def test_replay_refuses_what_does_not_fit_before_decoding(pair, tmp_path, capsys
     out.write_text("not json\n")
     with pytest.raises(ValueError, match="not a bench agentic record"):
         agentic.run(Config(), [], 8, False, print, path, target, None, out=out)
+    out.write_text('{"header": 1}\n')
+    with pytest.raises(ValueError, match="no header line"):
+        agentic.run(Config(), [], 8, False, print, path, target, None, out=out)
     args = argparse.Namespace(sessions="nope", record=False, modes="", out="", tokens=8,
                               quick=False, repeat=1, json=False)
     assert agentic.main(args, Config()) == 2

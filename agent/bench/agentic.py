@@ -294,25 +294,39 @@ def _modes(target, draft, pstore, cfg, keep: Sequence[str] = ()) -> list[Mode]:
     policy = lambda: SpecPolicy(mode=cfg.speculation if cfg.speculation != "off" else "auto",  # noqa: E731
                                 fixed_k=cfg.num_draft_tokens)
     k = cfg.num_draft_tokens or 16
-    out = [Mode("plain", Session(target, store=pstore), [])]
-    lookup, both, suffix = PromptLookup(max_k=k), PromptLookup(max_k=k), suffix_only(None, k)
-    # "lookup-again": a second lookup alone, its own drafter and policy: how far two runs of
-    # one drafter differ (the policy picks each round's K from measured timings), the
-    # yardstick for lookup + suffix against lookup.
-    for name, drafter, lookups in (("lookup", lookup, []), ("suffix", suffix, [suffix]),
-                                   ("lookup+suffix", both, [both]),
-                                   ("lookup-again", PromptLookup(max_k=k), [])):
-        out.append(Mode(name, Session(target, speculator=Speculator(drafter, policy()),
-                                      store=pstore), lookups))
+
+    def lookup(suffix_too: bool):
+        lk = PromptLookup(max_k=k)
+        return lk, [lk] if suffix_too else []
+
+    def only_suffix():
+        sx = suffix_only(None, k)
+        return sx, [sx]
+
+    # Each drafter mode: (name, a function giving its drafter and the PromptLookups whose
+    # suffix index is set per session); only the modes run are built. "lookup-again": a
+    # second lookup alone, its own drafter and policy: how far two runs of one drafter differ
+    # (the policy picks each round's K from measured timings), the yardstick for lookup +
+    # suffix against lookup.
+    makers = [("lookup", lambda: lookup(False)), ("suffix", only_suffix),
+              ("lookup+suffix", lambda: lookup(True)), ("lookup-again", lambda: lookup(False))]
     if draft is not None:
         vocab = min(target.vocab_size, draft.vocab_size)
         model = lambda: DraftModel(draft, cfg.draft_confidence, vocab, cfg.draft_vocab)  # noqa: E731
-        everything = PromptLookup(max_k=k)
-        for name, drafter, lookups in (("draft", model(), []),
-                                       ("all", Combined(model(), everything), [everything])):
-            out.append(Mode(name, Session(target, speculator=Speculator(drafter, policy()),
-                                          store=pstore), lookups))
-    return [m for m in out if m.name == "plain" or not keep or m.name in keep]
+
+        def everything():
+            lk = PromptLookup(max_k=k)
+            return Combined(model(), lk), [lk]
+
+        makers += [("draft", lambda: (model(), [])), ("all", everything)]
+    out = [Mode("plain", Session(target, store=pstore), [])]
+    for name, make in makers:
+        if keep and name not in keep:
+            continue
+        drafter, lookups = make()
+        out.append(Mode(name, Session(target, speculator=Speculator(drafter, policy()),
+                                      store=pstore), lookups))
+    return out
 
 
 def _key(row: dict) -> tuple:
@@ -340,7 +354,7 @@ def _resume(out: Path, header: dict) -> list[dict]:
                 raise ValueError(f"{out}: not a bench agentic record (line {i + 1}: {e})") from None
             # a row cut short by an interrupted write: dropped, that session replays again
             out.write_text("".join(line + "\n" for line in text[:-1]))
-    if not lines or not isinstance(lines[0], dict) or "header" not in lines[0]:
+    if not lines or not isinstance(lines[0], dict) or not isinstance(lines[0].get("header"), dict):
         raise ValueError(f"{out}: not a bench agentic record (no header line)")
     if lines[0]["header"] != header:
         diff = sorted(k for k in set(header) | set(lines[0]["header"])
@@ -452,9 +466,9 @@ def _replay(s: Recorded, modes: list[Mode], earlier, index, repeat: int, cap: in
         m.tokens, m.decode_s, m.by_source, m.replies = 0, 0.0, {}, []
     plain, spec = modes[0], modes[1:]
     greedy: list[bool] = []  # per turn: only greedy replies are compared with plain's
+    runs = [plain] + spec * repeat
     for t in s.turns:
         # Alternate the order turn by turn (plain first, then last, ...).
-        runs = [plain] + spec * repeat
         shift = turn_no % len(runs)
         turn_no += 1
         params = SamplingParams(**t.params)
