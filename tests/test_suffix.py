@@ -118,33 +118,44 @@ def test_without_the_index_lookup_drafts_less(pair):
     assert accepted(PromptLookup(suffix=index)) > accepted(PromptLookup()) + 4
 
 
-def test_lookup_takes_the_suffix_match_when_it_is_longer_than_the_contexts():
+def test_the_context_drafts_first_and_the_index_where_the_context_cannot():
     index = SuffixIndex(min_n=3, max_n=5)
     index.add([1, 2, 3, 4, 5, 60, 61, 62])
-    lookup = PromptLookup(suffix=index)
-    # the context holds (4, 5) once, followed by 99; the index holds (1, 2, 3, 4, 5)
+    # the context holds (4, 5) once, followed by 99; the index holds (1, 2, 3, 4, 5): the
+    # context's match drafts, as lookup alone would
     history = [4, 5, 99, 1, 2, 3, 4, 5]
+    with_index, alone = PromptLookup(suffix=index), PromptLookup()
+    assert with_index.match(history, 3) == alone.match(history, 3) == (2, [99, 1, 2])
+    assert with_index.source == "lookup"
+    # no match in the context: the index drafts
+    lookup = PromptLookup(suffix=index)
+    n, draft = lookup.match([8, 1, 2, 3, 4, 5], 3)
+    assert (n, draft, lookup.source) == (5, [60, 61, 62], "suffix")
+    # the context's kind of match drafting nothing (its drafts kept failing): the index drafts
+    lookup = PromptLookup(suffix=index)
+    lookup.gain["n2"] = 0.1
     n, draft = lookup.match(history, 3)
     assert (n, draft, lookup.source) == (5, [60, 61, 62], "suffix")
-    # a longer context match wins: (7, 3, 4, 5) against the index's (3, 4, 5)
-    lookup = PromptLookup(suffix=index)
-    n, draft = lookup.match([7, 3, 4, 5, 99, 7, 3, 4, 5], 3)
-    assert (n, lookup.source, draft) == (4, "lookup", [99, 7, 3])
 
 
-def test_lookup_breaks_a_tie_between_context_and_suffix_by_measured_gain():
-    """Matches of the same length: the kind whose drafts have recently been accepted more
-    drafts (the priors until measured: a suffix match beats a context 3-gram)."""
-    index = SuffixIndex(min_n=3, max_n=5)
-    index.add([1, 2, 3, 4, 5, 60, 61, 62])
-    history = [3, 4, 5, 99, 7, 3, 4, 5]  # (3, 4, 5) in the context and in the index
+def test_a_suffix_draft_accepted_whole_is_followed_by_a_longer_one():
+    index = SuffixIndex(min_n=3, max_n=3)
+    run = list(range(100, 140))
+    index.add([1, 2, 3, *run])
     lookup = PromptLookup(suffix=index)
-    n, draft = lookup.match(history, 3)
-    assert (n, lookup.source, draft) == (3, "suffix", [60, 61, 62])
-    lookup = PromptLookup(suffix=index)
-    lookup.gain["suffix"] = 0.5  # its drafts have been failing
-    n, draft = lookup.match(history, 3)
-    assert (n, lookup.source, draft) == (3, "lookup", [99, 7, 3])
+    history = [9, 1, 2, 3]
+    sizes = []
+    for _ in range(3):
+        n, draft = lookup.match(history, 4)
+        assert lookup.source == "suffix" and draft == run[len(history) - 4 :][: len(draft)]
+        sizes.append(len(draft))
+        history = history + draft + [run[len(history) - 4 + len(draft)]]  # accepted, + target's
+    assert sizes == [4, 8, 16]
+    # a draft accepted in part: the next suffix draft is K long again
+    draft = lookup.match(history, 4)[1]
+    history = history + draft[:3] + [7, 500]
+    assert lookup.match(history, 4) == (0, []) and lookup.suffix_run == 0
+    assert len(lookup.match(history + [1, 2, 3], 4)[1]) == 4
 
 
 def test_suffix_drafts_that_keep_failing_stop():

@@ -280,6 +280,7 @@ class PromptLookup:
         self.gain: dict[str, float] = dict(self.PRIOR)  # recent accepted tokens per kind
         self.suffix_draft: list[int] = []  # the last draft from the suffix index (to score)
         self.suffix_at = 0  # len(hist) when it was made
+        self.suffix_run = 0  # the length of the last suffix draft when it was accepted whole
 
     # Accepted tokens a kind of match is expected to yield before any is measured.
     PRIOR = {"follow": 8.0, "n4": 4.0, "n3": 3.0, "n2": 1.5, "n1": 1.0, "suffix": 4.0}
@@ -350,6 +351,7 @@ class PromptLookup:
         return k if g >= 2 else max(min(k, self.FLOOR), min(k, round(2 * g)))
 
     def _draft(self, kind: str, end: int, k: int) -> list[int]:
+        self.suffix_run = 0
         self.kind, self.drafted = kind, self._length(kind, k)
         self.src, self.src_at = (end, len(self.hist)) if self.drafted else (-1, 0)
         return _continue(self.hist, end, self.drafted)
@@ -364,27 +366,22 @@ class PromptLookup:
             cont = self._draft("follow", end, k)
             return (max(self.last_match, self.max_n), cont) if cont else (0, [])
         self._score_suffix()
-        # The suffix index is consulted beside the context: its match wins when it is longer
-        # than the context's, when it is as long and its drafts have recently been accepted
-        # more (measured gain, priors until measured), or when the context's kind of match is
-        # drafting nothing.
-        n_s, cont_s = self._suffix_match(history, k)
+        # The context first: where it holds a match whose kind is drafting, that match drafts,
+        # so every round lookup alone would draft is drafted alike. The suffix index drafts
+        # what the context cannot: where the context has no match, or its kind of match has
+        # been drafting nothing.
         for n in range(min(self.max_n, len(history)), self.min_n - 1, -1):
-            if n_s > n:
-                break
             key = tuple(history[-n:])
             ends = self.index.get(key)
             if ends:
-                kind = f"n{min(n, 4)}"
-                if cont_s and n_s == n and self.gain["suffix"] > self.gain[kind]:
-                    break
-                cont = self._draft(kind, ends[-1], k)
+                cont = self._draft(f"n{min(n, 4)}", ends[-1], k)
                 if cont:
                     return n, cont
                 break
             ends = self.extra_index.get(key)
             if ends:
                 return n, self.extra[ends[-1] : ends[-1] + k]
+        n_s, cont_s = self._suffix_match(history, k)
         if cont_s:
             self.source = "suffix"
             self.kind, self.drafted, self.src = "suffix", 0, -1
@@ -397,6 +394,8 @@ class PromptLookup:
         its recent drafts was accepted ((0, []) without an index)."""
         if self.suffix is None:
             return 0, []
+        if self.suffix_run:  # its last draft was accepted whole: a longer one, as `follow`
+            k = min(self.max_k, max(k, self.GROW * self.suffix_run))
         n, cont = self.suffix.continuation(history, k)
         if not cont:
             return 0, []
@@ -406,8 +405,10 @@ class PromptLookup:
     def _score_suffix(self) -> None:
         """Score the last suffix draft by how much of it the history now holds."""
         draft, self.suffix_draft = self.suffix_draft, []
+        accepted = common_prefix(self.hist[self.suffix_at :], draft) if draft else 0
         if draft:
-            self._score("suffix", common_prefix(self.hist[self.suffix_at :], draft))
+            self._score("suffix", accepted)
+        self.suffix_run = len(draft) if draft and accepted == len(draft) else 0
 
     def _score(self, kind: str, accepted: int) -> None:
         """Fold one draft's accepted tokens into its kind's recent gain."""
