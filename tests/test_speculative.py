@@ -590,8 +590,8 @@ def test_auto_judges_sampled_rounds_by_their_expected_acceptance(pair, monkeypat
     seen: list[dict] = []
     real = speculative._accept_sampled
 
-    def recorded(logits, d, params, expect=None):
-        out = real(logits, d, params, expect)
+    def recorded(logits, d, params, expect=None, at=-1):
+        out = real(logits, d, params, expect, at)
         if expect is not None:
             seen.append(dict(expect, k=len(d.tokens), n=out[0]))
         return out

@@ -11,12 +11,23 @@ negative). It depends only on the tokens before each position, so plain decoding
 verify pass (each row sees the history plus the drafts before it) and the draft model all apply
 the same function: greedy speculation still equals plain greedy decoding, and sampling follows
 the penalized distribution.
+
+Keyed draws (`noise_seed` ≥ 0, which `Session.generate` sets for each sampled call): the token
+at position i is drawn by the inverse distribution function at a uniform that is a function of
+(noise_seed, i) alone, never of how many draws came before. A draw still follows the position's
+distribution exactly (each position has its own independent uniform), and a verify pass that
+checks a deterministic draft (prompt lookup, the suffix index) by drawing each row's token the
+same way emits what plain decoding would have drawn: with one seed, plain decoding and lookup
+speculation write the same text at any temperature (up to float rounding at a draw that falls
+within ~1e-6 of a boundary between two tokens).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Sequence
+
+import numpy as np
 
 import mlx.core as mx
 
@@ -31,6 +42,7 @@ class SamplingParams:
     min_p: float = 0.0
     repetition_penalty: float = 1.0  # 1 = off
     repetition_window: int = 64  # tokens before a position that the penalty looks at
+    noise_seed: int = -1  # >= 0: keyed draws (see the module's docstring); -1: mx.random's
 
     @property
     def penalized(self) -> bool:
@@ -139,8 +151,39 @@ def apply_mask(logits: mx.array, mask: mx.array | None) -> mx.array:
     return mx.where(mask, logits, NEG_INF)
 
 
-def sample(logits: mx.array, p: SamplingParams) -> mx.array:
-    """(n, V) logits → (n,) tokens: argmax when greedy, else a draw from `log_probs`."""
+_MASK64 = (1 << 64) - 1
+
+
+def _mix(x: int) -> int:
+    """splitmix64's finalizer: a 64-bit integer → a well-mixed 64-bit integer."""
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def keyed_uniforms(seed: int, positions: Sequence[int]) -> np.ndarray:
+    """Uniforms in [0, 1), one per position, each a function of (seed, position) alone."""
+    base = _mix(seed & _MASK64)
+    return np.array([(_mix(base ^ (int(i) & _MASK64)) >> 11) / float(1 << 53) for i in positions])
+
+
+def draw(lp: mx.array, u: np.ndarray) -> mx.array:
+    """(n, V) log-probabilities and (n,) uniforms → (n,) tokens by the inverse distribution
+    function: row i's token is the first whose cumulative probability exceeds u_i (a token of
+    probability 0 is never drawn)."""
+    cdf = mx.cumsum(mx.exp(lp.astype(mx.float32)), axis=-1)
+    at = mx.array(u, dtype=mx.float32)[:, None] * cdf[:, -1:]
+    return mx.minimum(mx.sum(cdf <= at, axis=-1), lp.shape[-1] - 1).astype(mx.int32)
+
+
+def sample(logits: mx.array, p: SamplingParams, at: int = -1) -> mx.array:
+    """(n, V) logits → (n,) tokens: argmax when greedy, else a draw from `log_probs`; keyed
+    by position when `p.noise_seed` ≥ 0 and `at` (the position of row 0's token, rows
+    consecutive) is given."""
     if p.greedy:
         return mx.argmax(logits, axis=-1)
-    return mx.random.categorical(log_probs(logits, p), axis=-1)
+    lp = log_probs(logits, p)
+    if p.noise_seed >= 0 and at >= 0:
+        return draw(lp, keyed_uniforms(p.noise_seed, range(at, at + lp.shape[0])))
+    return mx.random.categorical(lp, axis=-1)

@@ -13,7 +13,7 @@ turn hands the store its consistent caches and, once, the system prompt's prefix
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
 import mlx.core as mx
@@ -218,6 +218,12 @@ class Session:
         if self.context_limit:
             max_tokens = min(max_tokens, self.context_limit - len(prompt))
         stop = set(self.target.eos_ids) if stop_tokens is None else set(stop_tokens)
+        if not params.greedy and params.noise_seed < 0:
+            # The call's keyed draws (see `sampling`), seeded from mx.random: a seeded run
+            # writes the same text with and without prompt lookup speculation, and each call
+            # (a fresh sample of the same message too) draws anew.
+            hi, lo = mx.random.randint(0, 1 << 31, shape=(2,)).tolist()
+            params = replace(params, noise_seed=(hi << 31) | lo)
         tally = _Tally()
         mx.reset_peak_memory()
         cancel = cancel or CancelToken()

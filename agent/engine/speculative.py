@@ -23,14 +23,32 @@ import mlx.core as mx
 from ..cancel import CancelToken
 from ..events import SpeculationChanged, TokenSource
 from .drafters import Draft, Drafter
-from .sampling import SamplingParams, apply_mask, log_probs, penalize, sample
+from .sampling import SamplingParams, apply_mask, draw, keyed_uniforms, log_probs, penalize, sample
 from .step import Batch, TokenConstraint, forward, plain_decode
 from .tree import TreeBudget, TreeShape, verify_tree
 
 
+def _accept_keyed(lp: mx.array, draft: Draft, params: SamplingParams, at: int) -> tuple[int, int]:
+    """A deterministic draft (prompt lookup, the suffix index) against keyed draws: each row
+    draws its token as plain decoding would at that position (`sampling.draw`), the drafts are
+    accepted while they equal the draws, and the first draw that differs (or the one after the
+    last draft) is the target's token. A draft d is accepted with probability p(d), as by
+    rejection sampling, and a rejected row's draw is p's given that it is not d, as rejection
+    sampling's residual is: the same distribution, and the same tokens as plain decoding with
+    the same seed."""
+    k = len(draft.tokens)
+    drawn = draw(lp, keyed_uniforms(params.noise_seed, range(at, at + k + 1))).tolist()
+    n = 0
+    while n < k and draft.tokens[n] == drawn[n]:
+        n += 1
+    return n, int(drawn[n])
+
+
 def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams,
-                    expect: dict | None = None) -> tuple[int, int]:
-    """Rejection sampling over one verify pass; returns (n accepted, next token).
+                    expect: dict | None = None, at: int = -1) -> tuple[int, int]:
+    """Rejection sampling over one verify pass; returns (n accepted, next token). A
+    deterministic draft with keyed draws (`params.noise_seed` ≥ 0 and `at`, row 0's position,
+    given) is checked by `_accept_keyed` instead.
 
     `expect`, when given, receives "accepted" and "rejected": the round's expected accepted
     drafts and the probability that one was rejected, from the distributions alone. Draft i
@@ -40,6 +58,9 @@ def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams,
     noise, so `auto` can judge a sampled round's drafts as surely as a greedy one's."""
     k = len(draft.tokens)
     lp = log_probs(logits, params, eager=True)  # target distribution at the k+1 positions
+    keyed = params.noise_seed >= 0 and at >= 0 and draft.logq is None
+    if keyed and (expect is None or k == 0):
+        return _accept_keyed(lp, draft, params, at)
     if k == 0:
         return 0, int(mx.random.categorical(lp[0]).item())
     d = mx.array(draft.tokens, dtype=mx.int32)
@@ -51,16 +72,17 @@ def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams,
         logq = mx.concatenate([logq, pad], axis=-1)
     # Accept d_i with probability min(1, p(d_i) / q(d_i)); a deterministic proposal has q = 1.
     logq_d = logq[rows, d] if logq is not None else mx.zeros((k,))
-    u = mx.random.uniform(shape=(k,))
-    keep = mx.log(u) < logp_d - logq_d
+    keep = None if keyed else mx.log(mx.random.uniform(shape=(k,))) < logp_d - logq_d
     if expect is not None:
         alpha = (mx.minimum(mx.exp(lp[:k]), mx.exp(logq)).sum(axis=-1) if logq is not None
                  else mx.exp(logp_d))  # a deterministic proposal: accepted with p(d_i)
         chain = mx.cumprod(mx.minimum(alpha, 1.0))
         got = mx.stack([chain.sum(), 1.0 - chain[-1]])
-        mx.eval(keep, got)  # one sync for both
+        mx.eval(got if keep is None else [keep, got])  # one sync for both
         e_acc, e_rej = got.tolist()
         expect["accepted"], expect["rejected"] = float(e_acc), max(float(e_rej), 0.0)
+    if keyed:
+        return _accept_keyed(lp, draft, params, at)
     accepted = keep.tolist()
     n = accepted.index(False) if False in accepted else k
     if n == k:
@@ -104,7 +126,7 @@ def verify_round(
             n += 1
         nxt = best[n]
     else:
-        n, nxt = _accept_sampled(logits, draft, params, expect)
+        n, nxt = _accept_sampled(logits, draft, params, expect, len(history) if history else -1)
     if k - n and trim_prompt_cache(cache, k - n) != k - n:
         raise RuntimeError("the target's KV cache could not drop rejected draft tokens")
     return [*draft.tokens[:n], nxt], n
@@ -670,17 +692,19 @@ class Speculator:
         it has nothing, the next step is queued before the token is yielded, so the consumer's
         work overlaps the model's, as in `step.plain_decode`."""
         model, cache = session.target.model, session.tcache.cache
-        nxt = sample(forward(model, [pending], cache), params)
+        at = len(session.tokens)  # the next token's position
+        nxt = sample(forward(model, [pending], cache), params, at)
         mx.async_eval(nxt)
         try:
             while True:
                 tok = int(nxt.item())
+                at += 1
                 draft = self._propose(session, [*session.tokens, tok], params, None)
                 if draft.tokens or cancel.cancelled:
                     found.append(draft)
                     yield tok
                     return
-                nxt = sample(forward(model, [tok], cache), params)
+                nxt = sample(forward(model, [tok], cache), params, at)
                 mx.async_eval(nxt)
                 yield tok
         finally:  # closed after a queued step: the pending token leaves the cache

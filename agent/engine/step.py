@@ -65,15 +65,17 @@ def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
 
 
 def plain_step(model: nn.Module, cache: list, pending: int, params: SamplingParams,
-               constraint: TokenConstraint | None = None, history: Sequence[int] = ()) -> int:
+               constraint: TokenConstraint | None = None, history: Sequence[int] = (),
+               at: int = -1) -> int:
     """Feed `pending`, sample the next token (under the constraint's mask), and return it.
-    `history`: the tokens so far, ending with `pending` (for a repetition penalty)."""
+    `history`: the tokens so far, ending with `pending` (for a repetition penalty); `at`: the
+    new token's position (for keyed draws, see `sampling`)."""
     logits = forward(model, [pending], cache)
     if params.penalized:
         logits = penalize(logits, history or [pending], [], params)
     if constraint is not None:
         logits = apply_mask(logits, constraint.masks([]))
-    tok = int(sample(logits, params).item())
+    tok = int(sample(logits, params, at).item())
     if constraint is not None:
         constraint.consume([tok])
     return tok
@@ -120,7 +122,7 @@ def plain_decode(
 ) -> Iterator[int]:
     """Plain decoding: feed `pending`, yield the sampled token, repeat; endless, or `limit`
     tokens. `history`: the tokens so far, ending with `pending` (read at the start, for a
-    repetition penalty).
+    repetition penalty and, its length, for the positions of keyed draws).
 
     Without a constraint or a penalty the next step's graph is queued before the current
     token is read (`async_eval`), overlapping Python work with compute; so when the caller
@@ -128,18 +130,20 @@ def plain_decode(
     offset. With `limit`, the last token is yielded without queuing a step after it: a run of
     n tokens costs n steps, not n + 1 (the queued step is computed whether or not it is used).
     """
+    at = len(history) if history else -1  # the next token's position (-1: unknown)
     if constraint is not None or params.penalized:
         seen = list(history[-max(params.repetition_window, 1):]) if history else [pending]
         made = 0
         while limit is None or made < limit:
-            pending = plain_step(model, cache, pending, params, constraint, seen)
+            pending = plain_step(model, cache, pending, params, constraint, seen,
+                                 at + made if at >= 0 else -1)
             seen.append(pending)
             if len(seen) > 4 * max(params.repetition_window, 16):
                 del seen[: -max(params.repetition_window, 1)]
             made += 1
             yield pending
         return
-    nxt = sample(forward(model, [pending], cache), params)
+    nxt = sample(forward(model, [pending], cache), params, at)
     mx.async_eval(nxt)
     made = 0
     while True:
@@ -148,6 +152,6 @@ def plain_decode(
         if limit is not None and made >= limit:
             yield int(cur.item())
             return
-        nxt = sample(forward(model, cur, cache), params)
+        nxt = sample(forward(model, cur, cache), params, at + made if at >= 0 else -1)
         mx.async_eval(nxt)
         yield int(cur.item())

@@ -35,7 +35,8 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from .sampling import SamplingParams, apply_mask, apply_penalty, log_probs, penalized_ids
+from .sampling import (SamplingParams, apply_mask, apply_penalty, draw, keyed_uniforms, log_probs,
+                       penalized_ids)
 
 
 # ---- the tree ---------------------------------------------------------------------------
@@ -366,6 +367,17 @@ def verify_tree(model: nn.Module, cache: list, tree: TokenTree, params: Sampling
         logits = apply_mask(logits, tree_masks(constraint, tree))
     if params.greedy:
         path, nxt = accept_tree_greedy(tree, mx.argmax(logits, axis=-1).tolist())
+    elif params.noise_seed >= 0 and history and all(q is None for q in tree.logq[1:]):
+        # A deterministic tree (lookup's) against keyed draws: each node's row draws its token
+        # as plain decoding would at that depth's position; the path follows the draws while
+        # a child holds the drawn token. A child x is followed with probability p(x), and the
+        # token drawn where none holds it is p's given that it is none of them, as recursive
+        # rejection sampling over point masses gives: the same distribution, and the tokens
+        # plain decoding draws with the same seed.
+        at = len(history)
+        drawn = draw(log_probs(logits, params, eager=True),
+                     keyed_uniforms(params.noise_seed, [at + d for d in tree.depth]))
+        path, nxt = accept_tree_greedy(tree, drawn.tolist())
     else:
         path, nxt = accept_tree_sampled(log_probs(logits, params, eager=True), tree)
     compact(cache, start, path)
