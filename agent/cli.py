@@ -68,7 +68,7 @@ def _engine_flags(p: argparse.ArgumentParser) -> None:
                    "(e.g. 'pytest -q'); failures go back to the model")
     g.add_argument("--no-infer-test-cmd", dest="infer_test_cmd", action="store_const",
                    const=False, help="without --test-cmd, do not run the failing tests a "
-                   "message shows after the agent's edits")
+                   "message shows, or the test files a reply writes, after the agent's edits")
     g.add_argument("--no-auto-lint", dest="auto_lint", action="store_const", const=False,
                    help="no syntax check or lint_cmd after edits")
     g.add_argument("--lead-refused", dest="lead_refused", action="store_const", const=True,

@@ -434,3 +434,60 @@ def test_a_restart_reply_is_judged_against_the_file_it_read(git_repo):
     assert any("before it again" in n for n in notes)
     assert not any("not applied" in n for n in notes), notes
     assert (git_repo / "calc.py").read_text() == "def add(a, b):\n    return a + b\n"
+
+
+SHOUT = "def shout(text):\n    return text.upper() + '!'\n"
+NOT_A_TEST = "test_strutil.py\n```python\ndef shout(text):\n    return text.upper()\n```\n"
+ARG_TEST = ("test_strutil.py\n```python\nfrom strutil import shout\n\n\ndef test_shout(x):\n"
+            "    assert shout(x) == 'HI!'\n```\n")
+GOOD_TEST = ("test_strutil.py\n```python\nfrom strutil import shout\n\n\ndef test_shout():\n"
+             "    assert shout('hi') == 'HI!'\n```\n")
+
+
+def _shout_repo(root):
+    (root / "strutil.py").write_text(SHOUT)
+    subprocess.run(["git", "add", "-A"], cwd=root, check=True)
+    subprocess.run(["git", "commit", "-qm", "strutil"], cwd=root, check=True)
+
+
+@needs_bwrap
+def test_test_files_a_reply_writes_are_run_and_their_failures_go_back(git_repo):
+    """Asked for a test, a reply that writes the function instead ("no tests ran"), then a test
+    that takes its input as an argument (no such fixture), then a right one: each written
+    test file is run, the first two failures go back, the third passes."""
+    _shout_repo(git_repo)
+    model = ScriptedModel([NOT_A_TEST, ARG_TEST, GOOD_TEST, "Done."])
+    cfg = full_auto(edit_format="whole", max_fix_rounds=3, fix_mode="repair")
+    events = list(conversation(git_repo, model, cfg).send(
+        'Create a file test_strutil.py with a test function test_shout that checks that '
+        'shout("hi") returns "HI!".'))
+    notes = [e.message for e in events if isinstance(e, Warning)]
+    assert any("the reply wrote test files" in n and "test_strutil.py" in n for n in notes)
+    tests = [e for e in events if isinstance(e, CheckRun) and e.kind == "test"]
+    assert [(t.ok, t.fed_back) for t in tests] == [(False, True), (False, True), (True, False)]
+    assert "no tests ran" in tests[0].output
+    assert "fixture 'x' not found" in tests[1].output
+    assert "The tests failed" in model.seen[1][-1]["content"]
+    assert "def test_shout():" in (git_repo / "test_strutil.py").read_text()
+
+
+@needs_bwrap
+@pytest.mark.parametrize("over", [dict(infer_test_cmd=False), dict(approval_mode="auto-edit"),
+                                  dict(test_cmd="true")])
+def test_written_tests_are_not_run_when_off_asking_or_configured(git_repo, over):
+    _shout_repo(git_repo)
+    model = ScriptedModel([NOT_A_TEST, "Done."])
+    events = list(conversation(git_repo, model, full_auto(edit_format="whole", **over)).send(
+        "Create a file test_strutil.py with a test for shout."))
+    ran = [e.command for e in events if isinstance(e, CheckRun) and e.kind == "test"]
+    assert ran == (["true"] if "test_cmd" in over else [])
+    assert not any(isinstance(e, Warning) and "wrote test files" in e.message for e in events)
+
+
+def test_written_tests_are_the_test_files_among_the_edits(tmp_path):
+    _tree(tmp_path, "test_a.py", "b_test.py", "calc.py", "tests/test_c.py")
+    testcmd._python_with_pytest.cache_clear()
+    cmd = testcmd.written_tests(["calc.py", "test_a.py", "tests/test_c.py", "test_a.py",
+                                 "gone_test.py", "../test_x.py"], tmp_path)
+    assert cmd.endswith(" test_a.py tests/test_c.py") and "-m pytest" in cmd
+    assert testcmd.written_tests(["calc.py"], tmp_path) == ""

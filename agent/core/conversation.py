@@ -419,6 +419,26 @@ class Conversation:
             return "", False
         return cmd, said
 
+    def _tests_written(self, run: _Run, edited: list[str]) -> Iterator[Event]:
+        """A message without a test command whose reply wrote or changed test files: those
+        files become its test command (core/testcmd.written_tests), run after this reply's
+        edits and every later one of the message, under the same conditions as an inferred
+        command (infer_test_cmd on, the approval policy running it sandboxed without asking).
+        A small model asked for a test often writes the function under test instead, or a
+        test function that takes the value to test as an argument; the run shows it."""
+        if not (self.cfg.auto_test and self.cfg.infer_test_cmd) or self.cfg.test_cmd:
+            return
+        if getattr(self.ctx, "sandbox", "off") == "off":
+            return
+        from .testcmd import written_tests
+
+        cmd = written_tests(edited, Path(self.root))
+        if not cmd or decide(self.cfg.approval_mode, "shell", "run_shell", {"command": cmd},
+                             Path(self.root)).ask:
+            return
+        run.test_cmd = cmd
+        yield Warning(f"the reply wrote test files; `{cmd}` runs after each edit of this message")
+
     def _test_as_answer(self, run: _Run) -> bool:
         """Whether files a reply wrote out unchanged are checked as an edit would be: with a
         test command, fix rounds left, and the files not known to pass as they are."""
@@ -739,6 +759,8 @@ class Conversation:
         edited, run.edited = run.edited, []
         if self.cfg.max_fix_rounds <= 0:
             return ""
+        if not run.test_cmd:
+            yield from self._tests_written(run, edited)
         for out in run_checks(self.cfg, edited, self.ctx, run.task, run.test_cmd):
             back = not out.ok and run.fix_rounds < self.cfg.max_fix_rounds
             shown = out.output + (f"\n{out.missing}" if out.missing else "")

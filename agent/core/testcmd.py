@@ -11,6 +11,8 @@ and the lint-and-test loop (core/checks.py) runs it after each edit. A message t
 its own words that test files of the repository fail ("The test in test_ranges.py fails. Fix
 ranges.py.") gets those files the same way (`said_failing`: only files git lists); the
 conversation then runs them before the first reply and shows their failures with the message.
+Test files a reply writes or changes are run after that reply's edits the same way
+(`written_tests`), where the message has no test command of its own.
 
 The command is built here from paths that exist inside the repository, never from the
 message's text itself, and it runs only where run_shell would run it sandboxed without asking
@@ -26,7 +28,7 @@ import shutil
 import subprocess
 from functools import lru_cache
 from pathlib import Path
-from typing import Collection
+from typing import Collection, Sequence
 
 from tools._paths import PathError, confine
 
@@ -185,6 +187,21 @@ def infer(message: str, root: Path, listed: Collection[str] | None = None) -> st
     a pytest-style test file as "Ran 0 tests ... OK")."""
     files = (failing_test_files(message, root) if listed is None
              else said_failing(message, root, listed))
+    return pytest_command(files, root)
+
+
+def written_tests(edited: Sequence[str], root: Path) -> str:
+    """The command that runs the test files among `edited` (the files a reply wrote or
+    changed: pytest's default names, inside the repository), or ''. A test file a reply
+    writes is run as it stands: a file with no test in it ("no tests ran"), a test that asks
+    for an argument no fixture provides, or a failing assertion goes back to the model."""
+    files = [p for p in dict.fromkeys(edited) if _TEST_FILE.search(p) and _inside(root, p)]
+    return pytest_command(files[:MAX_FILES], root)
+
+
+def pytest_command(files: Sequence[str], root: Path) -> str:
+    """`python -m pytest -q ... FILES` for as many of `files` as fit run_shell's limit, with
+    a Python on PATH that has pytest; '' when there are none or there is no such Python."""
     if not files:
         return ""
     py = _python_with_pytest(str(root))
