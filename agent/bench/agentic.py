@@ -12,8 +12,9 @@ a temperature, e.g. a fresh reply after failed tests, with the call's settings a
 for every mode):
 - plain; lookup (prompt lookup over the context); suffix (the suffix index alone); lookup +
   suffix (the product's lookup drafter); lookup-again (a second lookup alone with its own
-  policy: two runs of one drafter differ, since the policy picks each round's K from measured
-  timings, and this spread is what lookup + suffix against lookup is read against); with a
+  policy: two runs of one drafter differ by the machine's timing noise, and by whatever the
+  policy decides from timings; this spread is what lookup + suffix against lookup is read
+  against); with a
   draft model also the draft alone and all combined (draft + lookup + suffix). `--modes`
   picks some (plain always).
 Modes alternate their order turn by turn so machine noise hits them alike, and each keeps one
