@@ -136,6 +136,7 @@ class _Run:
     repeated: bool = False  # the last reply still repeats an earlier one (core/resample.py)
     nudged: bool = False  # ... and the model was told so (or that its file changed nothing)
     rewrote_free: bool = False  # a failed test run of an unchanged rewrite went uncounted
+    written_tests: list[str] = field(default_factory=list)  # test files the replies wrote (the test command)
     base: int = 0  # the history's length once the message was added (its replies come after)
     touched: list[str] = field(default_factory=list)  # every file this message changed or checked
     written: list[str] = field(default_factory=list)  # every file this message changed
@@ -420,23 +421,27 @@ class Conversation:
         return cmd, said
 
     def _tests_written(self, run: _Run, edited: list[str]) -> Iterator[Event]:
-        """A message without a test command whose reply wrote or changed test files: those
-        files become its test command (core/testcmd.written_tests), run after this reply's
-        edits and every later one of the message, under the same conditions as an inferred
-        command (infer_test_cmd on, the approval policy running it sandboxed without asking).
-        A small model asked for a test often writes the function under test instead, or a
-        test function that takes the value to test as an argument; the run shows it."""
+        """A message without a test command whose replies wrote or changed test files: those
+        files (every reply's so far) are its test command (core/testcmd.written_test_files),
+        run after this reply's edits and every later one of the message, under the same
+        conditions as an inferred command (infer_test_cmd on, the approval policy running it
+        sandboxed without asking). A small model asked for a test often writes the function
+        under test instead, or a test function that takes the value to test as an argument;
+        the run shows it."""
         if not (self.cfg.auto_test and self.cfg.infer_test_cmd) or self.cfg.test_cmd:
             return
         if getattr(self.ctx, "sandbox", "off") == "off":
             return
-        from .testcmd import written_tests
+        from .testcmd import pytest_command, written_test_files
 
-        cmd = written_tests(edited, Path(self.root))
+        files = list(dict.fromkeys(run.written_tests + written_test_files(edited, Path(self.root))))
+        if files == run.written_tests:
+            return
+        cmd = pytest_command(files, Path(self.root))
         if not cmd or decide(self.cfg.approval_mode, "shell", "run_shell", {"command": cmd},
                              Path(self.root)).ask:
             return
-        run.test_cmd = cmd
+        run.test_cmd, run.written_tests = cmd, files
         yield Warning(f"the reply wrote test files; `{cmd}` runs after each edit of this message")
 
     def _test_as_answer(self, run: _Run) -> bool:
@@ -759,7 +764,7 @@ class Conversation:
         edited, run.edited = run.edited, []
         if self.cfg.max_fix_rounds <= 0:
             return ""
-        if not run.test_cmd:
+        if not run.test_cmd or run.written_tests:
             yield from self._tests_written(run, edited)
         for out in run_checks(self.cfg, edited, self.ctx, run.task, run.test_cmd):
             back = not out.ok and run.fix_rounds < self.cfg.max_fix_rounds
@@ -801,6 +806,8 @@ class Conversation:
 
     def _keep_best(self, run: _Run) -> Iterator[Event]:
         """Write back the best tested attempt of the message when its files are now worse."""
+        if run.written_tests:  # the replies' own tests judge them: scores of different tests
+            return
         best = run.attempts.to_restore()
         if best is None or run.cancel.cancelled:
             return

@@ -44,6 +44,9 @@ _PYTEST = re.compile(
 _LOCATION = re.compile(r'^(?:(?P<d>[^\s:]+\.py):\d+: (?:in \w|\w*(?:Error|Exception)\b)'
                        r'|[ \t]*File "(?P<e>[^"]+\.py)", line \d+, in )', re.M)
 _TEST_FILE = re.compile(r"(?:^|/)(?:test_[^/]*|[^/]*_tests?|tests?)\.py$")
+# Written test files: `test_*.py` and `*_test.py` only (a `test.py` a user asks for is often a
+# script, and a Django app's `tests.py` does not run under plain pytest).
+_WRITTEN_TEST = re.compile(r"(?:^|/)(?:test_[^/]*|[^/]*_test)\.py$")
 # unittest: "FAIL: test_x (pkg.mod_test.Cls.test_x)", "ERROR: test_x (mod_test.Cls)".
 _UNITTEST = re.compile(r"^(?:FAIL|ERROR): \w+ \((?P<dotted>[\w.]+)\)", re.M)
 MAX_FILES = 20
@@ -190,13 +193,18 @@ def infer(message: str, root: Path, listed: Collection[str] | None = None) -> st
     return pytest_command(files, root)
 
 
+def written_test_files(edited: Sequence[str], root: Path) -> list[str]:
+    """The test files among `edited` (the files a reply wrote or changed: `test_*.py` and
+    `*_test.py`, inside the repository). A test file a reply writes is run as it stands: a
+    file with no test in it ("no tests ran"), a test that asks for an argument no fixture
+    provides, or a failing assertion goes back to the model."""
+    files = [p for p in dict.fromkeys(edited) if _WRITTEN_TEST.search(p) and _inside(root, p)]
+    return files[:MAX_FILES]
+
+
 def written_tests(edited: Sequence[str], root: Path) -> str:
-    """The command that runs the test files among `edited` (the files a reply wrote or
-    changed: pytest's default names, inside the repository), or ''. A test file a reply
-    writes is run as it stands: a file with no test in it ("no tests ran"), a test that asks
-    for an argument no fixture provides, or a failing assertion goes back to the model."""
-    files = [p for p in dict.fromkeys(edited) if _TEST_FILE.search(p) and _inside(root, p)]
-    return pytest_command(files[:MAX_FILES], root)
+    """The command that runs `written_test_files(edited, root)`, or ''."""
+    return pytest_command(written_test_files(edited, root), root)
 
 
 def pytest_command(files: Sequence[str], root: Path) -> str:

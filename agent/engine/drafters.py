@@ -351,8 +351,9 @@ class PromptLookup:
         return k if g >= 2 else max(min(k, self.FLOOR), min(k, round(2 * g)))
 
     def _draft(self, kind: str, end: int, k: int) -> list[int]:
-        self.suffix_run = 0
         self.kind, self.drafted = kind, self._length(kind, k)
+        if self.drafted:  # a context draft ends a suffix run (one that drafts nothing does not)
+            self.suffix_run = 0
         self.src, self.src_at = (end, len(self.hist)) if self.drafted else (-1, 0)
         return _continue(self.hist, end, self.drafted)
 

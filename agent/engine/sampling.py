@@ -13,13 +13,13 @@ the same function: greedy speculation still equals plain greedy decoding, and sa
 the penalized distribution.
 
 Keyed draws (`noise_seed` ≥ 0, which `Session.generate` sets for each sampled call): the token
-at position i is drawn by the inverse distribution function at a uniform that is a function of
+at position i is drawn by MLX's categorical sampler from a random key that is a function of
 (noise_seed, i) alone, never of how many draws came before. A draw still follows the position's
-distribution exactly (each position has its own independent uniform), and a verify pass that
-checks a deterministic draft (prompt lookup, the suffix index) by drawing each row's token the
-same way emits what plain decoding would have drawn: with one seed, plain decoding and lookup
-speculation write the same text at any temperature (up to float rounding at a draw that falls
-within ~1e-6 of a boundary between two tokens).
+distribution exactly (each position has its own key), and a verify pass that checks a
+deterministic draft (prompt lookup, the suffix index) by drawing each row's token the same way
+emits what plain decoding would have drawn: with one seed, plain decoding and lookup
+speculation write the same text at any temperature (up to float rounding where a verify pass's
+logits and a single step's differ in their last bits and that changes the draw).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-import numpy as np
 
 import mlx.core as mx
 
@@ -162,19 +161,20 @@ def _mix(x: int) -> int:
     return x ^ (x >> 31)
 
 
-def keyed_uniforms(seed: int, positions: Sequence[int]) -> np.ndarray:
-    """Uniforms in [0, 1), one per position, each a function of (seed, position) alone."""
+def keyed_keys(seed: int, positions: Sequence[int]) -> list[int]:
+    """One 64-bit key per position, each a function of (seed, position) alone (distinct
+    positions, distinct keys: the mix is a bijection)."""
     base = _mix(seed & _MASK64)
-    return np.array([(_mix(base ^ (int(i) & _MASK64)) >> 11) / float(1 << 53) for i in positions])
+    return [_mix(base ^ (int(i) & _MASK64)) for i in positions]
 
 
-def draw(lp: mx.array, u: np.ndarray) -> mx.array:
-    """(n, V) log-probabilities and (n,) uniforms → (n,) tokens by the inverse distribution
-    function: row i's token is the first whose cumulative probability exceeds u_i (a token of
-    probability 0 is never drawn)."""
-    cdf = mx.cumsum(mx.exp(lp.astype(mx.float32)), axis=-1)
-    at = mx.array(u, dtype=mx.float32)[:, None] * cdf[:, -1:]
-    return mx.minimum(mx.sum(cdf <= at, axis=-1), lp.shape[-1] - 1).astype(mx.int32)
+def draw(lp: mx.array, keys: Sequence[int]) -> mx.array:
+    """(n, V) log-probabilities and n keys → (n,) tokens: row i drawn by MLX's categorical
+    sampler (Gumbel-max over the whole row, exact; a token of probability 0 is never drawn)
+    from its own random key, so the token is a function of the row's distribution and its
+    key alone."""
+    return mx.stack([mx.random.categorical(lp[i], key=mx.random.key(k))
+                     for i, k in enumerate(keys)]).astype(mx.int32)
 
 
 def sample(logits: mx.array, p: SamplingParams, at: int = -1) -> mx.array:
@@ -185,5 +185,5 @@ def sample(logits: mx.array, p: SamplingParams, at: int = -1) -> mx.array:
         return mx.argmax(logits, axis=-1)
     lp = log_probs(logits, p)
     if p.noise_seed >= 0 and at >= 0:
-        return draw(lp, keyed_uniforms(p.noise_seed, range(at, at + lp.shape[0])))
+        return draw(lp, keyed_keys(p.noise_seed, range(at, at + lp.shape[0])))
     return mx.random.categorical(lp, axis=-1)

@@ -23,7 +23,7 @@ import mlx.core as mx
 from ..cancel import CancelToken
 from ..events import SpeculationChanged, TokenSource
 from .drafters import Draft, Drafter
-from .sampling import SamplingParams, apply_mask, draw, keyed_uniforms, log_probs, penalize, sample
+from .sampling import SamplingParams, apply_mask, draw, keyed_keys, log_probs, penalize, sample
 from .step import Batch, TokenConstraint, forward, plain_decode
 from .tree import TreeBudget, TreeShape, verify_tree
 
@@ -37,7 +37,7 @@ def _accept_keyed(lp: mx.array, draft: Draft, params: SamplingParams, at: int) -
     sampling's residual is: the same distribution, and the same tokens as plain decoding with
     the same seed."""
     k = len(draft.tokens)
-    drawn = draw(lp, keyed_uniforms(params.noise_seed, range(at, at + k + 1))).tolist()
+    drawn = draw(lp, keyed_keys(params.noise_seed, range(at, at + k + 1))).tolist()
     n = 0
     while n < k and draft.tokens[n] == drawn[n]:
         n += 1

@@ -35,7 +35,7 @@ import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
 
-from .sampling import (SamplingParams, apply_mask, apply_penalty, draw, keyed_uniforms, log_probs,
+from .sampling import (SamplingParams, apply_mask, apply_penalty, draw, keyed_keys, log_probs,
                        penalized_ids)
 
 
@@ -376,7 +376,7 @@ def verify_tree(model: nn.Module, cache: list, tree: TokenTree, params: Sampling
         # plain decoding draws with the same seed.
         at = len(history)
         drawn = draw(log_probs(logits, params, eager=True),
-                     keyed_uniforms(params.noise_seed, [at + d for d in tree.depth]))
+                     keyed_keys(params.noise_seed, [at + d for d in tree.depth]))
         path, nxt = accept_tree_greedy(tree, drawn.tolist())
     else:
         path, nxt = accept_tree_sampled(log_probs(logits, params, eager=True), tree)
