@@ -47,6 +47,28 @@ def _plain_two(target, params) -> tuple[int, int]:
     return tuple(gen)
 
 
+def _keyed_counts(target, params, n, round_) -> tuple[dict, int]:
+    """The first two tokens of a verify round from PREFIX for seeds 0..n-1 (a plain step
+    after a round that stopped at its first position), each asserted equal to plain
+    decoding's for that seed; and the sum of `round_`'s second values (drafts accepted, or
+    rounds whose path left the root)."""
+    counts: dict = {}
+    total = 0
+    for seed in range(n):
+        p = replace(params, noise_seed=seed)
+        cache = make_prompt_cache(target)
+        prefill(target, PREFIX[:-1], cache)
+        emitted, got = round_(cache, p)
+        total += got
+        if len(emitted) < 2:  # rejected at 1: a plain step draws the second token
+            emitted += verify_round(target, cache, emitted[-1], Draft([]), p,
+                                    history=[*PREFIX, *emitted])[0]
+        key = tuple(emitted[:2])
+        assert key == _plain_two(target, p), seed
+        counts[key] = counts.get(key, 0) + 1
+    return counts, total
+
+
 @pytest.mark.parametrize("params", [SamplingParams(temperature=1.0), FILTERED])
 def test_a_lookup_chain_draws_what_plain_decoding_draws_and_follows_the_distribution(
         tiny_vocab_pair, params):
@@ -54,22 +76,9 @@ def test_a_lookup_chain_draws_what_plain_decoding_draws_and_follows_the_distribu
     first two tokens for that seed, every time, and their law is plain sampling's."""
     target, _ = tiny_vocab_pair
     want = _two_token_dist(target, PREFIX, params)
-    counts: dict = {}
-    accepted = 0
     n = 1500
-    for seed in range(n):
-        p = replace(params, noise_seed=seed)
-        cache = make_prompt_cache(target)
-        prefill(target, PREFIX[:-1], cache)
-        emitted, got = verify_round(target, cache, PREFIX[-1], Draft([3, 3]), p,
-                                    history=list(PREFIX))
-        accepted += got
-        if len(emitted) < 2:  # rejected at 1: a plain step draws the second token
-            emitted += verify_round(target, cache, emitted[-1], Draft([]), p,
-                                    history=[*PREFIX, *emitted])[0]
-        key = tuple(emitted[:2])
-        assert key == _plain_two(target, p), seed
-        counts[key] = counts.get(key, 0) + 1
+    counts, accepted = _keyed_counts(target, params, n, lambda cache, p: verify_round(
+        target, cache, PREFIX[-1], Draft([3, 3]), p, history=list(PREFIX)))
     assert accepted > 50  # the draft was accepted often enough to matter
     stat, df = _chi2(counts, want, n)
     assert df >= 3 and stat < _chi2_critical(df), (stat, df)
@@ -82,21 +91,13 @@ def test_a_lookup_tree_draws_what_plain_decoding_draws_and_follows_the_distribut
     params = SamplingParams(temperature=0.8, top_k=5, top_p=0.9, min_p=0.05)
     want = _two_token_dist(target, PREFIX, params)
     tree = TokenTree.from_paths(PREFIX[-1], [[3, 3], [5, 1], [2], [3, 6]], 8)
-    counts: dict = {}
-    deep = 0
     n = 1000
-    for seed in range(n):
-        p = replace(params, noise_seed=seed)
-        cache = make_prompt_cache(target)
-        prefill(target, PREFIX[:-1], cache)
+
+    def round_(cache, p):
         emitted, path = verify_tree(target, cache, tree, p, history=list(PREFIX))
-        deep += len(path) > 1
-        if len(emitted) < 2:
-            emitted += verify_round(target, cache, emitted[-1], Draft([]), p,
-                                    history=[*PREFIX, *emitted])[0]
-        key = tuple(emitted[:2])
-        assert key == _plain_two(target, p), seed
-        counts[key] = counts.get(key, 0) + 1
+        return emitted, len(path) > 1
+
+    counts, deep = _keyed_counts(target, params, n, round_)
     assert deep > 50  # paths went down the tree
     stat, df = _chi2(counts, want, n)
     assert df >= 3 and stat < _chi2_critical(df), (stat, df)

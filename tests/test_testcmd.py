@@ -487,9 +487,11 @@ def test_written_tests_are_not_run_when_off_asking_or_configured(git_repo, over)
 def test_written_tests_are_the_test_files_among_the_edits(tmp_path):
     _tree(tmp_path, "test_a.py", "b_test.py", "calc.py", "tests/test_c.py", "test.py", "app/tests.py")
     testcmd._python_with_pytest.cache_clear()
-    cmd = testcmd.written_tests(["calc.py", "test_a.py", "tests/test_c.py", "test_a.py",
-                                 "gone_test.py", "../test_x.py", "b_test.py"], tmp_path)
+    files = testcmd.written_test_files(["calc.py", "test_a.py", "tests/test_c.py", "test_a.py",
+                                        "gone_test.py", "../test_x.py", "b_test.py"], tmp_path)
+    assert files == ["test_a.py", "tests/test_c.py", "b_test.py"]
+    cmd = testcmd.pytest_command(files, tmp_path)
     assert cmd.endswith(" test_a.py tests/test_c.py b_test.py") and "-m pytest" in cmd
-    assert testcmd.written_tests(["calc.py"], tmp_path) == ""
+    assert testcmd.written_test_files(["calc.py"], tmp_path) == []
     # a script named test.py, a Django app's tests.py: not run
-    assert testcmd.written_tests(["test.py", "app/tests.py"], tmp_path) == ""
+    assert testcmd.written_test_files(["test.py", "app/tests.py"], tmp_path) == []

@@ -12,7 +12,7 @@ its own words that test files of the repository fail ("The test in test_ranges.p
 ranges.py.") gets those files the same way (`said_failing`: only files git lists); the
 conversation then runs them before the first reply and shows their failures with the message.
 Test files a reply writes or changes are run after that reply's edits the same way
-(`written_tests`), where the message has no test command of its own.
+(`written_test_files`), where the message has no test command of its own.
 
 The command is built here from paths that exist inside the repository, never from the
 message's text itself, and it runs only where run_shell would run it sandboxed without asking
@@ -201,10 +201,6 @@ def written_test_files(edited: Sequence[str], root: Path) -> list[str]:
     files = [p for p in dict.fromkeys(edited) if _WRITTEN_TEST.search(p) and _inside(root, p)]
     return files[:MAX_FILES]
 
-
-def written_tests(edited: Sequence[str], root: Path) -> str:
-    """The command that runs `written_test_files(edited, root)`, or ''."""
-    return pytest_command(written_test_files(edited, root), root)
 
 
 def pytest_command(files: Sequence[str], root: Path) -> str:

@@ -37,11 +37,17 @@ def _accept_keyed(lp: mx.array, draft: Draft, params: SamplingParams, at: int) -
     sampling's residual is: the same distribution, and the same tokens as plain decoding with
     the same seed."""
     k = len(draft.tokens)
-    drawn = draw(lp, keyed_keys(params.noise_seed, range(at, at + k + 1))).tolist()
+    return _match(draft.tokens, draw(lp, keyed_keys(params.noise_seed, range(at, at + k + 1))).tolist())
+
+
+def _match(drafts: Sequence[int], chosen: Sequence[int]) -> tuple[int, int]:
+    """(drafts accepted, next token) where `chosen` holds the target's token for each of the
+    len(drafts) + 1 positions: the drafts are accepted while they equal it, and the target's
+    token at the first mismatch (or after the last draft) follows."""
     n = 0
-    while n < k and draft.tokens[n] == drawn[n]:
+    while n < len(drafts) and drafts[n] == chosen[n]:
         n += 1
-    return n, int(drawn[n])
+    return n, int(chosen[n])
 
 
 def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams,
@@ -120,11 +126,7 @@ def verify_round(
     if params.greedy:
         # Accept the longest prefix where the draft equals the target's argmax, plus the
         # target's token at the first mismatch (or after the last draft).
-        best = mx.argmax(logits, axis=-1).tolist()
-        n = 0
-        while n < k and draft.tokens[n] == best[n]:
-            n += 1
-        nxt = best[n]
+        n, nxt = _match(draft.tokens, mx.argmax(logits, axis=-1).tolist())
     else:
         n, nxt = _accept_sampled(logits, draft, params, expect, len(history) if history else -1)
     if k - n and trim_prompt_cache(cache, k - n) != k - n:
