@@ -103,8 +103,9 @@ class Config:
     # again at this temperature (agent/core/resample.py); 0 = never (the default: on the
     # Exercism tune subset it doubled the tokens and passed nothing more).
     resample_temperature: float = 0.0
-    # What a failed test run (or a reply whose code was not applied) leads to while fix
-    # rounds are left (agent/core/attempts.py):
+    # What a failed test run (or a reply whose code was not applied, or one that only writes
+    # the files as they stand to a message asking for a change) leads to while fix rounds
+    # are left (agent/core/attempts.py):
     # "repair" (the failure goes back to the model), "resample" (a fresh reply to the
     # message, sampled without the failed attempts; the tests pick the best) or "auto"
     # (resample with edit_format "whole", repair otherwise). Either way the best tested

@@ -204,7 +204,6 @@ class Attempts:
         # score is not taken as theirs: the tests themselves may have changed since).
         self.now: Score | None = None
         self.last: Attempt | None = None  # the last test run's files
-        self.runs: list[Attempt] = []  # every test run of this message, in order
 
     def edited(self) -> None:
         self.now = None
@@ -216,7 +215,6 @@ class Attempts:
     def tested_run(self, score: Score, files: dict[str, str | None], round_: int) -> None:
         self.now = score
         self.last = Attempt(score, files, round_)
-        self.runs.append(self.last)
         best = self.best
         if best is not None and best.round == 0 and not set(files) <= set(best.files):
             best = None  # writing the start back would leave this attempt's other files
@@ -237,15 +235,6 @@ class Attempts:
         for att in seen:
             if att is not None and att.on_disk(root):
                 return replace(att, round=0)
-        return None
-
-    def tested_as(self, root: Path, paths: list[str]) -> Attempt | None:
-        """The latest test run of this message that saw the files as they are now: one whose
-        files cover `paths` and are all on disk as it tested them (None: no run saw them so;
-        attempt 0 does not count, since the tests may have changed since it was tested)."""
-        for att in reversed(self.runs):
-            if set(paths) <= set(att.files) and att.on_disk(root):
-                return att
         return None
 
     def to_restore(self) -> Attempt | None:

@@ -100,9 +100,6 @@ REFUSED_EDIT = "Your code was not applied:\n{why}\n\n{how}"  # the "diff" and "a
 UNCHANGED = ("The code you wrote for {files} is the file exactly as it already is, so nothing "
              "changed. If the task needs a change, write the whole file again with the change "
              "made; if it needs none, say so in one line, without a code block.")
-REDRAWN = ("The code you wrote for {files} is code the tests already ran in this message "
-           "({score}).")
-MAX_REDRAWS = 2  # fresh replies drawn again per message for repeating a tested attempt
 LOOPED = ("Your reply kept repeating the same text and was stopped. Answer the message again, "
           "with each part of it written once.")
 NO_FIX = ("No file changed, and the tests the message is about still fail (`{cmd}`). Fix the "
@@ -145,8 +142,6 @@ class _Run:
     written: list[str] = field(default_factory=list)  # every file this message changed
     attempts: Attempts = field(default_factory=Attempts)  # its test runs (core/attempts.py)
     fresh: bool = False  # the next reply answers the message afresh (fix_mode "resample")
-    sampled: bool = False  # the last reply answered the message afresh
-    redraws: int = 0  # fresh replies drawn again for repeating a tested attempt (MAX_REDRAWS)
     test_cmd: str = ""  # the tests run after its edits: test_cmd, or the message's own (core/testcmd.py)
     tests_fail: bool = False  # its own tests are known to fail (shown, or run before its first reply)
     told_no_fix: bool = False  # a reply that changed nothing was sent back (once a message)
@@ -348,9 +343,6 @@ class Conversation:
             run.fix_rounds += 1
             yield from self._afresh(run, f"the reply only wrote {', '.join(offered)} out unchanged")
             return UNCHANGED.format(files=", ".join(offered))
-        redrawn = yield from self._redraw(run, unchanged)
-        if redrawn:
-            return redrawn
         # A message that shows its own failing tests is not answered by the files as they
         # stand, even the first time they are written out.
         retest = unchanged or (offered if run.test_cmd != self.cfg.test_cmd else [])
@@ -459,31 +451,6 @@ class Conversation:
         return (self._tests_judge(run) and run.fix_rounds < self.cfg.max_fix_rounds
                 and not (now is not None and now.ok))
 
-    def _redraw(self, run: _Run, unchanged: list[str]) -> Iterator[Event]:
-        """A fresh reply whose files are as a failed test run of this message saw them (the
-        failed code written out again, or an earlier attempt's) is no new attempt: the tests
-        have judged that code. It is drawn again without spending a fix round, at most
-        MAX_REDRAWS times a message; returns the note that ends the reply ('' otherwise).
-        (At temperature 0.7 the 0.5B wrote the failed file out again in about half its fresh
-        samples, and such a sample spent one of the message's fix rounds on a known result.)"""
-        if (not run.sampled or run.redraws >= MAX_REDRAWS or run.written_tests
-                or not self._tests_judge(run) or run.cancel.cancelled or not self._resamples()):
-            return ""
-        paths = list(dict.fromkeys([*run.touched, *unchanged]))
-        if not paths or (not unchanged and not run.edited):
-            return ""
-        seen = run.attempts.tested_as(self.root, paths)
-        if seen is None or seen.score.ok:
-            return ""
-        run.redraws += 1
-        run.attempts.now = seen.score
-        run.edited = []  # (as they are, the files were tested)
-        what = ", ".join(unchanged or [p for p in paths if p in seen.files])
-        which = "the last test run" if seen is run.attempts.last else f"attempt {seen.round}"
-        yield from self._afresh(run, f"the reply wrote {what} as {which} of this message had "
-                                f"them ({seen.score.describe()}); not tested again")
-        return REDRAWN.format(files=what, score=seen.score.describe())
-
     def _after_loop(self, run: _Run) -> Iterator[Event]:
         """A reply the repetition guard stopped is no attempt at the message: while fix rounds
         are left and fix_mode resamples, the message is answered afresh (True) instead of
@@ -509,7 +476,6 @@ class Conversation:
 
         messages = yield from self._fit()
         fresh, run.fresh = run.fresh, False
-        run.sampled = fresh
         run.shown = {}
         sampling = nullcontext()
         if fresh:  # the message alone, without the failed attempts and their test runs
