@@ -202,7 +202,6 @@ def written_test_files(edited: Sequence[str], root: Path) -> list[str]:
     return files[:MAX_FILES]
 
 
-
 def pytest_command(files: Sequence[str], root: Path) -> str:
     """`python -m pytest -q ... FILES` for as many of `files` as fit run_shell's limit, with
     a Python on PATH that has pytest; '' when there are none or there is no such Python."""

@@ -27,7 +27,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-
 import mlx.core as mx
 
 from ..choices import RANGES
