@@ -156,14 +156,16 @@ def test_replay_refuses_what_does_not_fit_before_decoding(pair, tmp_path, capsys
 
 def test_trained_pair_bench_samples_at_temperature_beside_mlx_lm(pair):
     """`bench spec --pair qwen-coder --temperature`: the same machinery at T > 0 and top-p,
-    each run seeded alike; acceptance for both engines, no identity claim."""
+    each run seeded alike; acceptance for both engines. Our runs draw with the seed's keys
+    (the draft model with the target's noise), so they write plain's text; mlx-lm's own
+    sampler writes other text, so no identity is claimed for it."""
     from agent.bench.pair import bench_trained
     from agent.engine.sampling import SamplingParams
 
     target, draft = pair
     out = bench_trained(target, draft, 12, [2, 3], log=lambda m: None,
                         params=SamplingParams(temperature=0.7, top_p=0.95), seed=1)
-    assert out["identical_to_plain"] is None and out["mlx_lm_identical"] is None
+    assert out["identical_to_plain"] is True and out["mlx_lm_identical"] is None
     assert 0 <= out["acceptance_rate"] <= 1 and 0 <= out["mlx_lm_acceptance_best_k"] <= 1
     for w in out["workloads"]:
         assert w["tokens"] == 12 and w["plain_tps"] > 0 and w["spec_tps"] > 0

@@ -1,7 +1,7 @@
-"""Keyed draws (agent/engine/sampling.py): at temperature, each position's token is drawn at a
-uniform keyed by (seed, position). Lookup speculation (chains, trees, the suffix index) then
-writes what plain decoding writes with the same seed, and its tokens still follow the target's
-distribution (chi-square)."""
+"""Keyed draws (agent/engine/sampling.py): at temperature, each position's token is drawn with
+noise keyed by (seed, position). Lookup speculation (chains, trees, the suffix index) and the
+draft model (which draws with the target's noise) then write what plain decoding writes with the
+same seed, and their tokens still follow the target's distribution (chi-square)."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import pytest
 from mlx_lm.models.cache import make_prompt_cache
 from test_speculative import _chi2, _chi2_critical, _two_token_dist, tiny_vocab_pair  # noqa: F401
 
-from agent.engine.drafters import Draft, PromptLookup
-from agent.engine.sampling import SamplingParams, draw, keyed_keys
+from agent.engine.drafters import Combined, Draft, DraftModel, PromptLookup
+from agent.engine.loading import LoadedModel
+from agent.engine.sampling import SamplingParams, draw, keyed_keys, keyed_noise
 from agent.engine.session import Session
 from agent.engine.speculative import SpecPolicy, Speculator, verify_round
 from agent.engine.step import plain_decode, prefill
 from agent.engine.suffix import SuffixIndex
-from agent.engine.tree import TokenTree, TreeBudget, VerifyCost, verify_tree
+from agent.engine.tree import TokenTree, TreeBudget, TreeShape, VerifyCost, verify_tree
 
 PREFIX = [1, 5, 2, 7]
 FILTERED = SamplingParams(temperature=0.8, top_k=5, top_p=0.9)
@@ -150,3 +151,92 @@ def test_sampled_turns_with_lookup_equal_plain_sampled_turns(llama, setup):
     # a second call with the same global seed draws the same text; another seed, other text
     assert _generate(Session(llama), prompt, 11)[0] == want
     assert _generate(Session(llama), prompt, 13)[0] != want
+
+
+def test_the_keyed_noise_is_the_draws():
+    lp = mx.log(mx.softmax(mx.random.normal((3, 50)) * 2, axis=-1))
+    keys = keyed_keys(4, [30, 31, 32])
+    want = draw(lp, keys).tolist()
+    assert [int(mx.argmax(lp[i] + keyed_noise(4, 30 + i, 50)).item()) for i in range(3)] == want
+
+
+def _tiny_draft(model) -> LoadedModel:
+    return LoadedModel(model, None, "tiny", "mlx", "float32", "cpu")
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_a_draft_models_keyed_drafts_draw_what_plain_decoding_draws(tiny_vocab_pair, tree):
+    """Over 1000 seeds: the draft model's keyed proposal (a chain, or a tree with branches),
+    checked by the target's keyed draws, emits plain decoding's first two tokens for that seed,
+    every time, and their law is plain sampling's (chi-square)."""
+    target, draft = tiny_vocab_pair
+    params = FILTERED
+    want = _two_token_dist(target, PREFIX, params)
+    shape = TreeShape(nodes=6, close=0.0, gain=0.0)
+    n = 1000
+
+    def round_(cache, p):
+        dm = DraftModel(_tiny_draft(draft))
+        if tree:
+            d = dm.propose_tree(list(PREFIX), 2, p, None, shape)
+            assert d.keyed and d.tree is not None and d.tree.keyed and len(d.tree) > 3
+            emitted, path = verify_tree(target, cache, d.tree, p, history=list(PREFIX))
+            return emitted, len(path) - 1
+        d = dm.propose(list(PREFIX), 2, p)
+        assert d.keyed and d.logq is not None
+        return verify_round(target, cache, PREFIX[-1], d, p, history=list(PREFIX))
+
+    counts, accepted = _keyed_counts(target, params, n, round_)
+    assert accepted > 300  # the drafts landed often
+    stat, df = _chi2(counts, want, n)
+    assert df >= 3 and stat < _chi2_critical(df), (stat, df)
+
+
+def test_a_draft_equal_to_the_target_is_always_accepted(tiny_vocab_pair):
+    """The draft's draws share the target's keys: a draft model that is the target proposes
+    exactly what the target draws, at every position, while two independent draws from the
+    same distribution would agree far less often (sum of p squared)."""
+    target, _ = tiny_vocab_pair
+    params = SamplingParams(temperature=1.0)
+    drafted = accepted = 0
+    for seed in range(40):
+        p = replace(params, noise_seed=seed)
+        cache = make_prompt_cache(target)
+        prefill(target, PREFIX[:-1], cache)
+        d = DraftModel(_tiny_draft(target)).propose(list(PREFIX), 4, p)
+        _, n = verify_round(target, cache, PREFIX[-1], d, p, history=list(PREFIX))
+        drafted += len(d.tokens)
+        accepted += n
+    assert drafted == 160 and accepted == drafted
+
+
+@pytest.mark.parametrize("setup", ["chain", "tree", "head", "combined"])
+def test_sampled_turns_with_a_draft_model_equal_plain_sampled_turns(pair, setup):
+    """A seeded sampled turn (temperature 0.7, top-p 0.9) writes the same tokens with the draft
+    model speculating (a chain, trees, a restricted draft head, with lookup) as plain decoding,
+    over two turns of one session."""
+    target, draft = pair
+    params = SamplingParams(temperature=0.7, top_p=0.9)
+
+    def gen(session, prompt, seed):
+        mx.random.seed(seed)
+        done = session.complete(prompt, max_tokens=48, stop_tokens=set(), params=params)
+        return done.tokens, done.stats
+
+    prompt = Session(target).render([{"role": "user", "content": "def add(a, b):"}])
+    model = DraftModel(draft, draft_vocab=64 if setup == "head" else 0)
+    drafter = Combined(model, PromptLookup(max_n=3, min_n=1), confident_n=2) \
+        if setup == "combined" else model
+    tree = TreeBudget(cost=VerifyCost({1: 1.0, 2: 1.0, 64: 1.05}), measured=False) \
+        if setup == "tree" else None
+    spec = Session(target, speculator=Speculator(drafter, SpecPolicy(mode="on", fixed_k=4),
+                                                 tree=tree))
+    plain = Session(target)
+    want, _ = gen(plain, prompt, 21)
+    got, stats = gen(spec, prompt, 21)
+    assert got == want
+    assert stats.speculative and stats.accepted > 0
+    prompt2 = prompt + want + Session(target).render([{"role": "user", "content": "more"}])[-8:]
+    want2, _ = gen(plain, prompt2, 22)
+    got2, _ = gen(spec, prompt2, 22)
+    assert got2 == want2

@@ -14,9 +14,11 @@ beside them.
 
 Greedy by default, where every run must equal plain token for token. With `--temperature`
 (and `--top-p`) every run samples at those settings, each from the same seed (`mx.random.seed`
-before it), mlx-lm through its own sampler (`make_sampler`): the texts differ run to run, so
-tok/s and acceptance are reported, not identity; repeat r samples from seed + r, so the medians
-are over N texts. mlx-lm's acceptance is derived from what it
+before it). Our runs draw with keys of (seed, position), the draft model with the target's
+noise (`sampling.keyed_noise`), so each of them writes plain's text for the seed too (up to
+float rounding between a verify pass and a single step, which can flip a draw; `identical`
+reports it); mlx-lm samples through its own sampler (`make_sampler`) and writes other texts.
+Repeat r samples from seed + r, so the medians are over N texts. mlx-lm's acceptance is derived from what it
 yields: draft tokens kept / (K x rounds), a round being each token of the target's own (or
 as many as K-sized rounds the kept drafts need, where `max_tokens` cut the last one short).
 """
@@ -244,12 +246,13 @@ def bench_trained(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int]
             f"{row['tree_tps']:5.2f} ({row['tree_nodes_per_round']:.1f} nodes, mean "
             f"{row['tree_mean_accepted']:.2f}) | tree+lookup {row['combined_tree_tps']:5.2f} | mlx-lm "
             + " ".join(f"K{k}:{v:.2f}" for k, v in row["mlx_lm_tps"].items())
-            + (f" | identical {row['identical_to_plain']}" if params.greedy else
+            + f" | identical {row['identical_to_plain']}"
+            + ("" if params.greedy else
                " | mlx-lm acc " + " ".join(f"K{k}:{a:.2f}" for k, a in row["mlx_lm_acceptance"].items())))
     out = summarize(rows, ks, draft_only.k_for("model"))
     out["verify_cost_s"] = {n: round(v, 4) for n, v in sorted(cost.seconds.items())}
-    if not params.greedy:  # sampled texts differ run to run: identity is not a measure
-        out.update(identical_to_plain=None, mlx_lm_identical=None)
+    if not params.greedy:  # mlx-lm's sampler writes its own text: identity is not a measure
+        out.update(mlx_lm_identical=None)
     return out
 
 
@@ -351,8 +354,7 @@ def print_report(r: dict) -> None:
         print(f"  at temperature {r['temperature']:g}, top-p {r['top_p']:g}, seed {r['seed']}: "
               f"acceptance ours {r['acceptance_rate']:.2f}, mlx-lm K={r['mlx_lm_best_k']} "
               f"{r['mlx_lm_acceptance_best_k']:.2f}")
-    else:
-        print(f"  identical to plain      {r['identical_to_plain']}")
+    print(f"  identical to plain      {r['identical_to_plain']}")
     for w in r["workloads"]:
         print(f"  {w['workload']:9} plain {w['plain_tps']:.2f} tok/s, ours {w['spec_tps']:.2f} "
               f"(acceptance {w['acceptance_rate']:.2f}), ours+lookup {w['combined_tps']:.2f}, "

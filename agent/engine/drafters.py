@@ -20,7 +20,8 @@ from ..events import TokenSource
 from .cache import ModelCache
 from .draft_head import RestrictedHead
 from .loading import LoadedModel
-from .sampling import SamplingParams, apply_mask, apply_penalty, log_probs, penalized_ids
+from .sampling import (SamplingParams, apply_mask, apply_penalty, keyed_noise, log_probs,
+                       penalized_ids)
 from .step import TokenConstraint, common_prefix, fit_width, forward, prefill
 from .suffix import SuffixIndex
 from .tree import TokenTree, TreeShape, compact, supports_tree
@@ -36,6 +37,9 @@ class Draft:
     source: TokenSource = "draft"
     # Several candidates as a tree (node 0 the pending token); `tokens` is then its main line.
     tree: TokenTree | None = None
+    # Drawn from `logq` with the target's position keys (`sampling.keyed_noise`): the target
+    # checks the tokens by its own keyed draws, as a deterministic draft's.
+    keyed: bool = False
 
 
 class Drafter(Protocol):
@@ -130,13 +134,20 @@ class DraftModel:
             hit = hit[: logits.shape[-1]] if self.head is None else self.head.columns(hit[None])[0]
         return apply_penalty(logits, hit, params)
 
+    def noise(self, params: SamplingParams, at: int, width: int) -> mx.array:
+        """(1, width) the target's keyed draw noise at position `at`, over this draft's logits'
+        columns (the restricted head's ids when there is one)."""
+        g = keyed_noise(params.noise_seed, at, self.vocab_limit)[None]
+        return g if self.head is None else self.head.columns(g)[:, :width]
+
     def _step(self, inp: mx.array, toks: list[mx.array], params: SamplingParams,
-              constraint: TokenConstraint | None,
-              history: Sequence[int] = ()) -> tuple[mx.array, mx.array, mx.array] | None:
+              constraint: TokenConstraint | None, history: Sequence[int] = (),
+              at: int = -1) -> tuple[mx.array, mx.array, mx.array] | None:
         """Queue one draft step: (token, log-probs it was drawn from, the token's log-probability
         before temperature and filters), over the restricted head's ids when there is one; None
         when the constraint allows none of those ids. With a repetition penalty, `history` +
-        this round's drafts are the tokens before it.
+        this round's drafts are the tokens before it. `at` ≥ 0 (sampling with keyed draws):
+        the token's position, whose key the draw shares with the target's.
 
         The third is the draft's confidence in its token. Greedy, it is the largest
         log-probability, as the log-probs are. Sampling, the distribution drawn from is
@@ -165,7 +176,10 @@ class DraftModel:
             tok = mx.argmax(lp, axis=-1)
         else:
             lp = log_probs(logits, params)
-            tok = mx.random.categorical(lp, axis=-1)
+            if at >= 0:
+                tok = mx.argmax(lp + self.noise(params, at, lp.shape[-1]), axis=-1)
+            else:
+                tok = mx.random.categorical(lp, axis=-1)
         sure = mx.take_along_axis(raw, tok[:, None], axis=-1)
         if head is not None:
             tok = head.real_ids(tok)
@@ -185,8 +199,10 @@ class DraftModel:
         lps: list[mx.array] = []
         sure = 1.0  # the draft's own estimate that every token so far is right
         inp: mx.array = mx.array(todo, dtype=mx.uint32)
+        keyed = not params.greedy and params.noise_seed >= 0
         for i in range(k):
-            step = self._step(inp, toks, params, constraint, history)
+            step = self._step(inp, toks, params, constraint, history,
+                              len(history) + i if keyed else -1)
             if step is None:  # nothing the grammar allows is in the restricted head
                 break
             toks.append(step[0])
@@ -206,7 +222,7 @@ class DraftModel:
             logq = mx.concatenate(lps, axis=0)
             if self.head is not None:  # q = 0 outside the head's ids, at the target's width
                 logq = self.head.widen(logq)
-        return Draft(values, logq, "draft")
+        return Draft(values, logq, "draft", keyed=keyed)
 
     def propose_tree(self, history, k, params, constraint, shape: TreeShape) -> Draft:
         """A tree of up to `shape.nodes` nodes whose main line is k deep
@@ -222,7 +238,7 @@ class DraftModel:
         if not params.greedy and line:
             logq = mx.stack([tree.logq[n] for n in line])
         return Draft([tree.tokens[n] for n in line], logq, "draft",
-                     None if tree.is_chain() else tree)
+                     None if tree.is_chain() else tree, keyed=tree.keyed)
 
     def keep_path(self, path: Sequence[int]) -> None:
         """After verifying the last tree: keep the history and the accepted path's rows in the

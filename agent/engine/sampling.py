@@ -20,6 +20,16 @@ deterministic draft (prompt lookup, the suffix index) by drawing each row's toke
 emits what plain decoding would have drawn: with one seed, plain decoding and lookup
 speculation write the same text at any temperature (up to float rounding where a verify pass's
 logits and a single step's differ in their last bits and that changes the draw).
+
+A draft model samples with the same keys (`keyed_noise`: MLX's categorical sampler is
+Gumbel-max, so the draft adds the noise the target's draw at that position will add). Its
+draft is then checked as a deterministic one is, by the target's own keyed draws: what is
+emitted is what plain decoding draws with the seed, whatever the draft proposed, so the
+tokens follow the target's distribution exactly and a seeded run writes the same text with
+any drafter or none. The coupling is what makes the drafts land: a draft token is accepted
+when the noised argmax of q equals that of p, which for the peaked distributions of code
+is nearly as often as rejection sampling's sum of min(p, q), and far more often than two
+independent draws agree (sum of p * q, the sample-and-match rule).
 """
 
 from __future__ import annotations
@@ -174,6 +184,14 @@ def draw(lp: mx.array, keys: Sequence[int]) -> mx.array:
     key alone."""
     return mx.stack([mx.random.categorical(lp[i], key=mx.random.key(k))
                      for i, k in enumerate(keys)]).astype(mx.int32)
+
+
+def keyed_noise(seed: int, position: int, width: int) -> mx.array:
+    """(width,) the Gumbel noise of `draw` at `position`: for a (width,) row `lp`,
+    `draw(lp[None], keyed_keys(seed, [position]))` is `argmax(lp + keyed_noise(...))`. A draft
+    model that draws its token at a position with this noise draws it coupled to the target's
+    draw there: where the two distributions agree, so do the tokens."""
+    return mx.random.gumbel((width,), key=mx.random.key(keyed_keys(seed, [position])[0]))
 
 
 def sample(logits: mx.array, p: SamplingParams, at: int = -1) -> mx.array:

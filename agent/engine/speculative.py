@@ -53,8 +53,8 @@ def _match(drafts: Sequence[int], chosen: Sequence[int]) -> tuple[int, int]:
 def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams,
                     expect: dict | None = None, at: int = -1) -> tuple[int, int]:
     """Rejection sampling over one verify pass; returns (n accepted, next token). A
-    deterministic draft with keyed draws (`params.noise_seed` ≥ 0 and `at`, row 0's position,
-    given) is checked by `_accept_keyed` instead.
+    deterministic draft or a keyed one (`Draft.keyed`) with keyed draws (`params.noise_seed`
+    ≥ 0 and `at`, row 0's position, given) is checked by `_accept_keyed` instead.
 
     `expect`, when given, receives "accepted" and "rejected": the round's expected accepted
     drafts and the probability that one was rejected, from the distributions alone. Draft i
@@ -64,7 +64,7 @@ def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams,
     noise, so `auto` can judge a sampled round's drafts as surely as a greedy one's."""
     k = len(draft.tokens)
     lp = log_probs(logits, params, eager=True)  # target distribution at the k+1 positions
-    keyed = params.noise_seed >= 0 and at >= 0 and draft.logq is None
+    keyed = params.noise_seed >= 0 and at >= 0 and (draft.logq is None or draft.keyed)
     if keyed and (expect is None or k == 0):
         return _accept_keyed(lp, draft, params, at)
     if k == 0:

@@ -49,12 +49,14 @@ class TokenTree:
     `logq[i]`: the (V,) log-probabilities node i's token was drawn from, given its parent and
     its earlier siblings (None: a deterministic proposal, a point mass). `score[i]`: the
     drafter's estimate that node i's path is accepted (orders branches; never read by the
-    acceptance rule)."""
+    acceptance rule). `keyed`: the tokens were drawn with the target's position keys
+    (`sampling.keyed_noise`), so the target checks them by its own keyed draws."""
 
     tokens: list[int]
     parents: list[int]
     logq: list[mx.array | None] = field(default_factory=list)
     score: list[float] = field(default_factory=list)
+    keyed: bool = False
 
     def __post_init__(self) -> None:
         if not self.logq:
@@ -367,13 +369,15 @@ def verify_tree(model: nn.Module, cache: list, tree: TokenTree, params: Sampling
         logits = apply_mask(logits, tree_masks(constraint, tree))
     if params.greedy:
         path, nxt = accept_tree_greedy(tree, mx.argmax(logits, axis=-1).tolist())
-    elif params.noise_seed >= 0 and history and all(q is None for q in tree.logq[1:]):
+    elif params.noise_seed >= 0 and history and (
+            tree.keyed or all(q is None for q in tree.logq[1:])):
         # A deterministic tree (lookup's) against keyed draws: each node's row draws its token
         # as plain decoding would at that depth's position; the path follows the draws while
         # a child holds the drawn token. A child x is followed with probability p(x), and the
         # token drawn where none holds it is p's given that it is none of them, as recursive
         # rejection sampling over point masses gives: the same distribution, and the tokens
-        # plain decoding draws with the same seed.
+        # plain decoding draws with the same seed. A draft model's keyed tree is checked the
+        # same way: every emitted token is the target's keyed draw, whatever the drafts.
         at = len(history)
         drawn = draw(log_probs(logits, params, eager=True),
                      keyed_keys(params.noise_seed, [at + d for d in tree.depth]))

@@ -11,7 +11,10 @@ Exactness at temperature > 0 (`tree.accept_tree_sampled`): a node's first child 
 the draft's q, its second from q without the first (renormalized), and each child carries the
 distribution it was drawn from. Which nodes get children is decided from the draft's
 distributions only (their top probabilities), never from the drawn tokens, so the tokens stay
-distributed as their `logq` says.
+distributed as their `logq` says. With keyed draws (`params.noise_seed` ≥ 0) a node's first
+child is the draft's draw with the target's noise at that position (`sampling.keyed_noise`)
+and its second the runner-up under the same noise; the tree is then checked by the target's
+keyed draws (`tree.verify_tree`), which emit plain decoding's tokens whatever the tree holds.
 
 The draft cache after a tree round holds the history, then the rows of the nodes it fed
 (breadth-first); `keep_rows` reports which rows the accepted path owns, so the caller can
@@ -39,8 +42,8 @@ class _Level:
 
 
 def _choices(dm, logits: mx.array, path: list[int], history: Sequence[int],
-             params: SamplingParams, constraint,
-             close: float) -> list[tuple[int, mx.array | None, float]]:
+             params: SamplingParams, constraint, close: float,
+             keyed: bool = False) -> list[tuple[int, mx.array | None, float]]:
     """A node's first and (when close) second child from its (1, m) draft logits:
     [(token id, logq row (V,) or None when greedy, probability estimate)]. The estimate, and
     whether the two are close, read the draft's distribution before temperature and filters
@@ -71,12 +74,17 @@ def _choices(dm, logits: mx.array, path: list[int], history: Sequence[int],
         if second:
             picks.append((int(top[1]), None, float(sure[top[1]])))
     else:  # draws, each with its own probability before temperature and filters
-        x1 = int(mx.random.categorical(lp[0]).item())
+        # keyed: the target's noise at the children's position, and the noised top two
+        scored = lp[0] + dm.noise(params, len(history) + len(path), lp.shape[-1])[0] \
+            if keyed else None
+        x1 = int((mx.argmax(scored) if keyed else mx.random.categorical(lp[0])).item())
         picks = [(x1, lp[0], float(sure[x1]))]
         if second:
-            rest = mx.where(mx.arange(lp.shape[-1]) == x1, -mx.inf, lp[0])
+            other = mx.arange(lp.shape[-1]) == x1
+            rest = mx.where(other, -mx.inf, lp[0])
             rest = rest - mx.logsumexp(rest)
-            x2 = int(mx.random.categorical(rest).item())
+            x2 = int((mx.argmax(mx.where(other, -mx.inf, scored)) if keyed
+                      else mx.random.categorical(rest)).item())
             picks.append((x2, rest, float(sure[x2])))
     out = []
     for tok, lq, p in picks:
@@ -123,7 +131,8 @@ def model_tree(dm, history: Sequence[int], k: int, params: SamplingParams, const
     dm.synced = len(history)
     base = len(dm.fed)  # = len(history): the root (pending token) is the last cached row
     tokens, parents, logq, score = [history[-1]], [-1], [None], [1.0]
-    tree = TokenTree(tokens[:], parents[:])
+    keyed = not params.greedy and params.noise_seed >= 0
+    tree = TokenTree(tokens[:], parents[:], keyed=keyed)
     rows: dict[int, int] = {}  # node -> draft cache row
     fed: list[int] = []  # nodes in cache order after `base`
     frontier, spine = [0], 0
@@ -131,7 +140,7 @@ def model_tree(dm, history: Sequence[int], k: int, params: SamplingParams, const
         cands = []  # (score, is main line, parent, token, logq)
         for r, node in enumerate(frontier):
             picks = _choices(dm, logits[r : r + 1], tree.path_tokens(node), history, params,
-                             constraint, shape.close)
+                             constraint, shape.close, keyed)
             for j, (tok, lq, p) in enumerate(picks):
                 cands.append((score[node] * p, node == spine and j == 0, node, tok, lq))
         main = [c for c in cands if c[1]]
@@ -150,7 +159,7 @@ def model_tree(dm, history: Sequence[int], k: int, params: SamplingParams, const
             level.append(len(tokens) - 1)
             if is_main:
                 spine = len(tokens) - 1
-        tree = TokenTree(tokens[:], parents[:], logq[:], score[:])
+        tree = TokenTree(tokens[:], parents[:], logq[:], score[:], keyed)
         if depth == k or (dm.min_confidence > 0 and score[spine] < dm.min_confidence):
             break
         frontier = [n for n in level if n == spine or score[n] >= gain]
