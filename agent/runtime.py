@@ -86,7 +86,7 @@ def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None]
     if kind != "lookup":
         # Same tokenizer, but embedding tables may be padded to different widths.
         model = DraftModel(draft, cfg.draft_confidence, min(target.vocab_size, draft.vocab_size),
-                           cfg.draft_vocab)
+                           cfg.draft_vocab, target.vocab_size)
     lookup = PromptLookup(max_k=cfg.num_draft_tokens or 16, suffix=suffix)  # a pinned K caps its runs too
     drafter = lookup if kind == "lookup" else model if kind == "model" else Combined(model, lookup)
     policy = SpecPolicy(mode=cfg.speculation, fixed_k=cfg.num_draft_tokens)

@@ -192,6 +192,8 @@ def test_trained_pair_bench_repeats_report_medians_over_seeds(pair):
         assert w["tree_tps"] == statistics.median(runs["tree"])
         assert w["mlx_lm_tps"][2] == statistics.median(w["mlx_lm_runs_tps"][2])
         assert w["rounds"] >= 1 and w["accepted"] <= w["drafted"]
+    # every repeat's runs write that repeat's plain text (each repeat has its own seed)
+    assert out["identical_to_plain"] is True
     greedy = bench_trained(target, draft, 8, [2], log=lambda m: None, repeat=2)
     assert greedy["identical_to_plain"] is True and greedy["mlx_lm_identical"] is True
 

@@ -164,6 +164,22 @@ def _tiny_draft(model) -> LoadedModel:
     return LoadedModel(model, None, "tiny", "mlx", "float32", "cpu")
 
 
+def test_the_draft_noise_is_made_at_the_targets_width(tiny_vocab_pair):
+    """A target wider than its draft (padded embeddings) draws with noise made at its own
+    width: the draft's noise is that noise's first columns, so where the two distributions are
+    equal the draft's draw is the target's, position after position."""
+    _, draft = tiny_vocab_pair  # a vocabulary of 8
+    dm = DraftModel(_tiny_draft(draft), target_width=12)
+    p = SamplingParams(temperature=1.0, noise_seed=9)
+    agree = 0
+    for at in range(40):
+        lp = mx.log(mx.softmax(mx.random.normal((8,)), axis=-1))
+        wide = mx.concatenate([lp, mx.full((4,), -mx.inf)])
+        mine = int(mx.argmax(lp + dm.noise(p, at, 8)[0]).item())
+        agree += mine == int(draw(wide[None], keyed_keys(9, [at]))[0].item())
+    assert agree == 40
+
+
 @pytest.mark.parametrize("tree", [False, True])
 def test_a_draft_models_keyed_drafts_draw_what_plain_decoding_draws(tiny_vocab_pair, tree):
     """Over 1000 seeds: the draft model's keyed proposal (a chain, or a tree with branches),

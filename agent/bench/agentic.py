@@ -33,10 +33,8 @@ decoded). The report says how many tokens it held per session.
 
 Reported: decode tok/s per mode over each whole session (tokens / decode seconds, every turn
 summed), ratios to plain, acceptance per drafter source (`GenerationStats.by_source`), and
-whether every mode's output equals plain's token for token: every call for the modes without
-a draft model (a sampled call's keyed draws give lookup the tokens plain draws, see
-`engine.sampling`), the greedy calls for draft and all (a draft model's sampled rounds draw
-other tokens; their exactness is a matter of distributions, tested elsewhere). Each turn
+whether every mode's output equals plain's token for token, every call (a sampled call's
+keyed draws give lookup and the draft model the tokens plain draws, see `engine.sampling`). Each turn
 decodes until the end-of-turn token, at most as many tokens as the recorded reply had plus one
 (the agent stopped some replies at a stop string or a grammar's end) and at most `--tokens`
 (default: the agent's `max_tokens`)."""
@@ -315,7 +313,8 @@ def _modes(target, draft, pstore, cfg, keep: Sequence[str] = ()) -> list[Mode]:
               ("lookup+suffix", lambda: lookup(True)), ("lookup-again", lambda: lookup(False))]
     if draft is not None:
         vocab = min(target.vocab_size, draft.vocab_size)
-        model = lambda: DraftModel(draft, cfg.draft_confidence, vocab, cfg.draft_vocab)  # noqa: E731
+        model = lambda: DraftModel(draft, cfg.draft_confidence, vocab, cfg.draft_vocab,  # noqa: E731
+                                   target.vocab_size)
 
         def everything():
             lk = PromptLookup(max_k=k)
@@ -468,7 +467,7 @@ def _replay(s: Recorded, modes: list[Mode], earlier, index, repeat: int, cap: in
             lk.suffix = index
         m.tokens, m.decode_s, m.by_source, m.replies = 0, 0.0, {}, []
     plain, spec = modes[0], modes[1:]
-    greedy: list[bool] = []  # per turn: only greedy replies are compared with plain's
+    greedy: list[bool] = []  # per turn: whether its call was greedy
     runs = [plain] + spec * repeat
     for t in s.turns:
         # Alternate the order turn by turn (plain first, then last, ...).
@@ -501,11 +500,8 @@ def _replay(s: Recorded, modes: list[Mode], earlier, index, repeat: int, cap: in
     for m in modes:
         row[f"{m.name}_tps"] = m.tokens / m.decode_s if m.decode_s > 0 else 0.0
         row[f"{m.name}_decoded"] = m.tokens  # timed tokens, every repeat summed
-        # Modes without a draft model draw a sampled call's tokens as plain does (keyed
-        # draws, the same seed): every call compared; with one, the greedy calls.
-        keyed = m.name not in ("draft", "all")
-        row[f"{m.name}_identical"] = all(tokens == reference[i]
-                                         for i, tokens in m.replies if keyed or greedy[i])
+        # Every mode draws a sampled call's tokens as plain does (keyed draws, the same seed).
+        row[f"{m.name}_identical"] = all(tokens == reference[i] for i, tokens in m.replies)
         row[f"{m.name}_by_source"] = {k: dict(drafted=d, accepted=a,
                                               acceptance=a / d if d else 0.0)
                                       for k, (d, a) in sorted(m.by_source.items())}
@@ -593,8 +589,7 @@ def print_report(r: dict) -> None:
         print(f"  lookup+suffix vs lookup alone (its two runs pooled): median "
               f"{r['lookup_suffix_vs_lookup_pooled_median']:.2f}x, worst session "
               f"{r['lookup_suffix_vs_lookup_pooled_min']:.2f}x")
-    print(f"  identical to plain (every mode, every greedy turn; every turn without a draft model): "
-          f"{r['identical_to_plain']}")
+    print(f"  identical to plain (every mode, every turn): {r['identical_to_plain']}")
     for s in r["sessions"]:
         print(f"  {s['session']:22} {s['turns']} turns {s['tokens']:4} tok, index "
               f"{s['suffix_index_tokens']:5} tok | plain {s['plain_tps']:5.2f} tok/s | "

@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.drafter == "lookup":
             return Speculator(lookup, SpecPolicy(mode="auto"), tree)
         model = DraftModel(draft, cfg.draft_confidence,
-                           min(target.vocab_size, draft.vocab_size), cfg.draft_vocab)
+                           min(target.vocab_size, draft.vocab_size), cfg.draft_vocab,
+                           target.vocab_size)
         return Speculator(model if args.drafter == "model" else Combined(model, lookup),
                           SpecPolicy(mode="auto"), tree)
 

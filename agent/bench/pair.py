@@ -163,7 +163,9 @@ def _row(name: str, reps: list[tuple[dict, dict, dict]]) -> dict:
     kept = {k: sum(rep[2][k] for rep in reps) for k in ks}
     acc = {k: statistics.mean(_mlx_acceptance(rep[1][k], rep[2][k], k) for rep in reps)
            for k in ks}
-    same_all = lambda label: all(rep[0][label].tokens == plain.tokens for rep in reps)  # noqa: E731
+    # each repeat against its own plain run (sampled repeats draw from seeds of their own)
+    same_all = lambda label: all(rep[0][label].tokens == rep[0]["plain"].tokens  # noqa: E731
+                                 for rep in reps)
     s, c, lk = runs["ours"].stats, runs["combined"].stats, runs["lookup"].stats
     t, ct = runs["tree"].stats, runs["combined_tree"].stats
     per_round = lambda st: st.drafted / st.rounds if st.rounds else 0.0  # noqa: E731
@@ -177,7 +179,8 @@ def _row(name: str, reps: list[tuple[dict, dict, dict]]) -> dict:
         tree_mean_accepted=t.mean_accepted, tree_nodes_per_round=per_round(t),
         tree_rounds=t.rounds, combined_tree_mean_accepted=ct.mean_accepted,
         combined_tree_nodes_per_round=per_round(ct), chain_nodes_per_round=per_round(s),
-        mlx_lm_identical=all(rep[1][k].tokens == plain.tokens for rep in reps for k in ks),
+        mlx_lm_identical=all(rep[1][k].tokens == rep[0]["plain"].tokens
+                             for rep in reps for k in ks),
         acceptance_rate=s.acceptance_rate, mean_accepted=s.mean_accepted, k=s.k,
         drafted=s.drafted, accepted=s.accepted, rounds=s.rounds,
         combined_acceptance_rate=c.acceptance_rate, combined_mean_accepted=c.mean_accepted,
@@ -267,7 +270,8 @@ def speculator(target: LoadedModel, draft: LoadedModel, cost: VerifyCost, with_l
 
     cfg = Config()
     conf = 0.0 if fixed_k else cfg.draft_confidence
-    dm = DraftModel(draft, conf, min(target.vocab_size, draft.vocab_size), cfg.draft_vocab)
+    dm = DraftModel(draft, conf, min(target.vocab_size, draft.vocab_size), cfg.draft_vocab,
+                    target.vocab_size)
     budget = None if tree == "off" else TreeBudget(
         cap=cfg.tree_nodes, cost=VerifyCost(cost.seconds), measured=tree == "auto")
     return Speculator(Combined(dm, PromptLookup()) if with_lookup else dm,

@@ -148,9 +148,10 @@ def bench_pair(target: LoadedModel, draft: LoadedModel, n: int, ks: list[int], l
 
 def bench_sampled(target: LoadedModel, draft: LoadedModel, n: int, k: int, temp: float,
                   seeds: int, log) -> dict:
-    """Temperature > 0 at one fixed K for both engines: exact rejection sampling (ours) vs
-    mlx-lm's sample-and-match. Both sample the target's distribution, so their texts differ
-    run to run; figures are summed over `seeds` seeded runs each, interleaved."""
+    """Temperature > 0 at one fixed K for both engines: ours (keyed draws, the draft drawing
+    with the target's noise, so each seed's text is plain's: `sampled_identical`) vs mlx-lm's
+    sample-and-match (its own text). Figures are summed over `seeds` seeded runs each,
+    interleaved."""
     from mlx_lm.sample_utils import make_sampler
 
     prompt = _prompt(target, WORKLOADS["prose"])
@@ -158,11 +159,13 @@ def bench_sampled(target: LoadedModel, draft: LoadedModel, n: int, k: int, temp:
     fixed = SpecPolicy(mode="on", fixed_k=k)
     time_plain = time_ours = time_theirs = 0.0
     drafted = accepted = 0
+    same = True
     for seed in range(seeds):
         mx.random.seed(seed)
         plain = timed(Session(target), prompt, n, params)
         mx.random.seed(seed)
-        mine = timed(Session(target, speculator=Speculator(DraftModel(draft), fixed)), prompt, n, params)
+        mine = timed(Session(target, speculator=Speculator(
+            DraftModel(draft, target_width=target.vocab_size), fixed)), prompt, n, params)
         mx.random.seed(seed)
         theirs = _mlx_lm(target, draft, prompt, n, k, sampler=make_sampler(temp=temp))
         time_plain += 1 / plain.tps
@@ -170,13 +173,14 @@ def bench_sampled(target: LoadedModel, draft: LoadedModel, n: int, k: int, temp:
         time_theirs += 1 / theirs.tps
         drafted += mine.stats.drafted
         accepted += mine.stats.accepted
+        same = same and mine.tokens == plain.tokens
     log(f"  T={temp:g}, K={k}, {seeds} seeds: plain {seeds / time_plain:.2f} tok/s | ours "
         f"{seeds / time_ours:.2f} (acceptance {accepted / max(drafted, 1):.2f}) | mlx-lm "
         f"{seeds / time_theirs:.2f}")
     return dict(sampled_temperature=temp, sampled_k=k, sampled_seeds=seeds,
                 sampled_speedup_vs_plain=time_plain / time_ours,
                 sampled_speedup_vs_mlx_lm=time_theirs / time_ours,
-                sampled_acceptance_rate=accepted / max(drafted, 1))
+                sampled_acceptance_rate=accepted / max(drafted, 1), sampled_identical=same)
 
 
 def bench_lookup(lm: LoadedModel, n: int, log, mode: str = "auto") -> dict:

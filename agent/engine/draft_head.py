@@ -6,7 +6,7 @@ A small draft model spends a large share of each step in its output head (Qwen2.
 the session's history, and maps the argmax / draws back to real ids. The draft then proposes
 only ids in that set; the target still verifies against its full vocabulary, so greedy output is
 unchanged, and at temperature > 0 `widen` gives the exact draft distribution (q = 0 outside the
-set) that the acceptance rule needs.
+set) that the expected-acceptance estimate and the unkeyed acceptance rule need.
 
 It applies only to model classes whose logits are `trunk(x) -> lm_head | tied embedding
 as_linear` with nothing after (see `SUPPORTED`); anything else keeps the full head. It does not

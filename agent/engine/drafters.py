@@ -57,7 +57,7 @@ class DraftModel:
     name = "model"
 
     def __init__(self, lm: LoadedModel, min_confidence: float = 0.0, vocab_limit: int = 0,
-                 draft_vocab: int = 0):
+                 draft_vocab: int = 0, target_width: int = 0):
         self.lm = lm
         self.cache = ModelCache(lm)
         self.fed: list[int] = []  # tokens in the draft cache (a prefix of the history)
@@ -68,6 +68,9 @@ class DraftModel:
         self.min_confidence = min_confidence
         # Propose only ids the target has (the target's embedding may be narrower).
         self.vocab_limit = vocab_limit or lm.vocab_size
+        # The width of the target's logits: keyed noise is made at the width it is drawn at
+        # (MLX's random bits for one key differ with the width asked for).
+        self.target_width = max(target_width, self.vocab_limit)
         # draft_vocab > 0: logits only for the first draft_vocab ids plus ids seen in the
         # history (None: the full head, or a model class the restricted head does not fit).
         self.head = RestrictedHead.build(lm.model, draft_vocab, self.vocab_limit)
@@ -135,10 +138,11 @@ class DraftModel:
         return apply_penalty(logits, hit, params)
 
     def noise(self, params: SamplingParams, at: int, width: int) -> mx.array:
-        """(1, width) the target's keyed draw noise at position `at`, over this draft's logits'
-        columns (the restricted head's ids when there is one)."""
-        g = keyed_noise(params.noise_seed, at, self.vocab_limit)[None]
-        return g if self.head is None else self.head.columns(g)[:, :width]
+        """(1, width) the target's keyed draw noise at position `at` (made at the target's
+        logits' width, as its draw makes it), over this draft's first `width` logits' columns
+        (the restricted head's ids when there is one)."""
+        g = keyed_noise(params.noise_seed, at, self.target_width)[None, : self.vocab_limit]
+        return (g if self.head is None else self.head.columns(g))[:, :width]
 
     def _step(self, inp: mx.array, toks: list[mx.array], params: SamplingParams,
               constraint: TokenConstraint | None, history: Sequence[int] = (),

@@ -26,10 +26,10 @@ Gumbel-max, so the draft adds the noise the target's draw at that position will 
 draft is then checked as a deterministic one is, by the target's own keyed draws: what is
 emitted is what plain decoding draws with the seed, whatever the draft proposed, so the
 tokens follow the target's distribution exactly and a seeded run writes the same text with
-any drafter or none. The coupling is what makes the drafts land: a draft token is accepted
-when the noised argmax of q equals that of p, which for the peaked distributions of code
-is nearly as often as rejection sampling's sum of min(p, q), and far more often than two
-independent draws agree (sum of p * q, the sample-and-match rule).
+any drafter or none. The shared noise is what makes the drafts land: a draft token is
+accepted when the noised argmax of q equals that of p, which is nearly as often as rejection
+sampling's sum of min(p, q) (equally often where two tokens share the mass), and more often
+than two independent draws agree (sum of p * q, the sample-and-match rule).
 """
 
 from __future__ import annotations
@@ -188,9 +188,10 @@ def draw(lp: mx.array, keys: Sequence[int]) -> mx.array:
 
 def keyed_noise(seed: int, position: int, width: int) -> mx.array:
     """(width,) the Gumbel noise of `draw` at `position`: for a (width,) row `lp`,
-    `draw(lp[None], keyed_keys(seed, [position]))` is `argmax(lp + keyed_noise(...))`. A draft
-    model that draws its token at a position with this noise draws it coupled to the target's
-    draw there: where the two distributions agree, so do the tokens."""
+    `draw(lp[None], keyed_keys(seed, [position]))` is `argmax(lp + keyed_noise(...))`. Only at
+    the same width: MLX makes other noise for one key at another width. A draft model that
+    draws its token at a position with this noise (at the target's width) draws it coupled to
+    the target's draw there: where the two distributions agree, so do the tokens."""
     return mx.random.gumbel((width,), key=mx.random.key(keyed_keys(seed, [position])[0]))
 
 

@@ -17,8 +17,10 @@ layers do not follow mlx-lm's usual `self_attn.rope` / `cache.make_mask` pattern
 caches are not plain or quantized KV caches, are refused (`supports_tree`); chains then.
 
 `verify_tree` is one round: the tree mask, the penalty and the grammar per node, greedy
-acceptance (follow the target's argmax down the tree) or recursive rejection sampling over
-each node's children (`accept_tree_sampled`), then compaction. `VerifyCost` and
+acceptance (follow the target's argmax down the tree), keyed acceptance (follow the target's
+keyed draws down the tree, for lookup's trees and a draft model's drawn with the same noise)
+or, without keys, recursive rejection sampling over each node's children
+(`accept_tree_sampled`), then compaction. `VerifyCost` and
 `node_budget` size trees by the measured cost of verify passes of N positions.
 
 Not here: which nodes a drafter proposes (drafters.py), when to speculate (speculative.py).

@@ -43,13 +43,14 @@ class _Level:
 
 def _choices(dm, logits: mx.array, path: list[int], history: Sequence[int],
              params: SamplingParams, constraint, close: float,
-             keyed: bool = False) -> list[tuple[int, mx.array | None, float]]:
+             noise: mx.array | None = None) -> list[tuple[int, mx.array | None, float]]:
     """A node's first and (when close) second child from its (1, m) draft logits:
     [(token id, logq row (V,) or None when greedy, probability estimate)]. The estimate, and
     whether the two are close, read the draft's distribution before temperature and filters
     (after the grammar's mask and the repetition penalty), as a chain round's stop does:
     sharpened, a 0.8 token reads ~1.0 and the tree would grow on through the forks where
-    the target goes elsewhere."""
+    the target goes elsewhere. `noise` (1, m): the target's keyed noise at the children's
+    position (`DraftModel.noise`), when sampling with keyed draws."""
     head = dm.head
     if constraint is not None:
         mask = fit_width(constraint.masks(path)[-1:], dm.vocab_limit)
@@ -74,9 +75,8 @@ def _choices(dm, logits: mx.array, path: list[int], history: Sequence[int],
         if second:
             picks.append((int(top[1]), None, float(sure[top[1]])))
     else:  # draws, each with its own probability before temperature and filters
-        # keyed: the target's noise at the children's position, and the noised top two
-        scored = lp[0] + dm.noise(params, len(history) + len(path), lp.shape[-1])[0] \
-            if keyed else None
+        keyed = noise is not None  # then the children are the noised top two
+        scored = lp[0] + noise[0] if keyed else None
         x1 = int((mx.argmax(scored) if keyed else mx.random.categorical(lp[0])).item())
         picks = [(x1, lp[0], float(sure[x1]))]
         if second:
@@ -138,9 +138,11 @@ def model_tree(dm, history: Sequence[int], k: int, params: SamplingParams, const
     frontier, spine = [0], 0
     for depth in range(1, k + 1):
         cands = []  # (score, is main line, parent, token, logq)
+        # one noise row for the depth: every node's children sit at the same position
+        noise = dm.noise(params, len(history) + depth - 1, logits.shape[-1]) if keyed else None
         for r, node in enumerate(frontier):
             picks = _choices(dm, logits[r : r + 1], tree.path_tokens(node), history, params,
-                             constraint, shape.close, keyed)
+                             constraint, shape.close, noise)
             for j, (tok, lq, p) in enumerate(picks):
                 cands.append((score[node] * p, node == spine and j == 0, node, tok, lq))
         main = [c for c in cands if c[1]]
