@@ -203,7 +203,7 @@ class DraftModel:
         lps: list[mx.array] = []
         sure = 1.0  # the draft's own estimate that every token so far is right
         inp: mx.array = mx.array(todo, dtype=mx.uint32)
-        keyed = not params.greedy and params.noise_seed >= 0
+        keyed = params.keyed
         for i in range(k):
             step = self._step(inp, toks, params, constraint, history,
                               len(history) + i if keyed else -1)

@@ -60,6 +60,11 @@ class SamplingParams:
     def greedy(self) -> bool:
         return self.temperature <= 0.0
 
+    @property
+    def keyed(self) -> bool:
+        """Sampling with keyed draws (see the module's docstring)."""
+        return not self.greedy and self.noise_seed >= 0
+
     def __post_init__(self) -> None:
         for name in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty"):
             value = getattr(self, name)
@@ -202,6 +207,6 @@ def sample(logits: mx.array, p: SamplingParams, at: int = -1) -> mx.array:
     if p.greedy:
         return mx.argmax(logits, axis=-1)
     lp = log_probs(logits, p)
-    if p.noise_seed >= 0 and at >= 0:
+    if p.keyed and at >= 0:
         return draw(lp, keyed_keys(p.noise_seed, range(at, at + lp.shape[0])))
     return mx.random.categorical(lp, axis=-1)

@@ -70,7 +70,7 @@ def _accept_sampled(logits: mx.array, draft: Draft, params: SamplingParams,
     measured on the trained pair at T=0.7 by `bench.measure_coupling`)."""
     k = len(draft.tokens)
     lp = log_probs(logits, params, eager=True)  # target distribution at the k+1 positions
-    keyed = params.noise_seed >= 0 and at >= 0 and (draft.logq is None or draft.keyed)
+    keyed = params.keyed and at >= 0 and (draft.logq is None or draft.keyed)
     if keyed and (expect is None or k == 0):
         return _accept_keyed(lp, draft, params, at)
     if k == 0:

@@ -371,7 +371,7 @@ def verify_tree(model: nn.Module, cache: list, tree: TokenTree, params: Sampling
         logits = apply_mask(logits, tree_masks(constraint, tree))
     if params.greedy:
         path, nxt = accept_tree_greedy(tree, mx.argmax(logits, axis=-1).tolist())
-    elif params.noise_seed >= 0 and history and (
+    elif params.keyed and history and (
             tree.keyed or all(q is None for q in tree.logq[1:])):
         # A deterministic tree (lookup's) against keyed draws: each node's row draws its token
         # as plain decoding would at that depth's position; the path follows the draws while

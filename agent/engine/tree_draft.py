@@ -131,7 +131,7 @@ def model_tree(dm, history: Sequence[int], k: int, params: SamplingParams, const
     dm.synced = len(history)
     base = len(dm.fed)  # = len(history): the root (pending token) is the last cached row
     tokens, parents, logq, score = [history[-1]], [-1], [None], [1.0]
-    keyed = not params.greedy and params.noise_seed >= 0
+    keyed = params.keyed
     tree = TokenTree(tokens[:], parents[:], keyed=keyed)
     rows: dict[int, int] = {}  # node -> draft cache row
     fed: list[int] = []  # nodes in cache order after `base`
