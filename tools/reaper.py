@@ -1,7 +1,7 @@
 """`python -I -S reaper.py PARENT_PID ARGV...`: run ARGV so that nothing it starts outlives it.
 
-For unsandboxed shell commands on Linux (a sandboxed one gets the same from bwrap's PID
-namespace). This process becomes a child subreaper (PR_SET_CHILD_SUBREAPER: whatever ARGV
+The launcher tools/procs.py puts around unsandboxed shell commands, hooks and MCP servers on
+Linux (a sandboxed command gets the same from bwrap's PID namespace). This process becomes a child subreaper (PR_SET_CHILD_SUBREAPER: whatever ARGV
 starts and leaves behind is re-parented here, not to init), asks for SIGTERM when the agent
 dies (PR_SET_PDEATHSIG), then runs ARGV. When ARGV ends, or the agent dies, or it is sent
 SIGTERM, every process left under it is SIGKILLed and reaped. It exits with ARGV's exit code
@@ -80,6 +80,8 @@ def main(argv: list[str]) -> int:
             signal.signal(sig, signal.SIG_DFL)
         try:
             os.execvp(command[0], command)
+        except OSError as e:  # said on stderr (an MCP server's goes to its log)
+            os.write(2, f"{command[0]}: {e.strerror or e}\n".encode(errors="replace"))
         finally:
             os._exit(127)
     while True:

@@ -1,8 +1,10 @@
 """The user's hooks: programs run at points of a conversation, speaking Claude Code's protocol.
 
 `HookRunner.run(event, payload, tool)` runs every hook of `event` whose matcher fits `tool`,
-one after another, each through the shell in the repository root, in its own process group,
-with the payload as JSON on stdin: `session_id`, `cwd`, `hook_event_name`, and per event
+one after another, each through the shell in the repository root, started by tools/procs.py
+contained (its own process group; on Linux under tools/reaper.py, so whatever it starts,
+also in the background or in a session of its own, ends when the hook ends and when the
+agent dies), with the payload as JSON on stdin: `session_id`, `cwd`, `hook_event_name`, and per event
 `tool_name`/`tool_input` (PreToolUse), `tool_response` too (PostToolUse), `prompt`
 (UserPromptSubmit), `stop_hook_active` (Stop). What a hook says:
 
@@ -24,11 +26,12 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tools import procs
 
 from ..extensions import HookSpec
 
@@ -41,13 +44,6 @@ class HookOutcome:
     reason: str = ""  # why it blocked or allowed
     context: str = ""  # text to add for the model (UserPromptSubmit, PostToolUse)
     notes: list[str] = field(default_factory=list)  # one line per hook that acted, for the UIs
-
-
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 class HookRunner:
@@ -72,22 +68,24 @@ class HookRunner:
         env = {**os.environ, "SPEC_AGENT_PROJECT_DIR": str(self.root),
                "CLAUDE_PROJECT_DIR": str(self.root)}
         try:
-            proc = subprocess.Popen(hook.command, shell=True, cwd=self.root, env=env,
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, start_new_session=True)
+            proc = procs.popen(["/bin/sh", "-c", hook.command], contain=True, cwd=self.root,
+                               env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE)
         except OSError as e:
             out.notes.append(f"{label} could not start: {e}")
             return
         try:
             stdout, stderr = proc.communicate(json.dumps(body).encode(), timeout=hook.timeout_s)
         except subprocess.TimeoutExpired:
-            _kill_group(proc)
+            procs.kill_group(proc)
             try:
                 proc.communicate(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
             out.notes.append(f"{label} timed out after {hook.timeout_s:g}s and was killed; ignored")
             return
+        finally:
+            procs.reaped(proc)  # what the hook left running dies with it
         text = stdout.decode("utf-8", "replace").strip()[:MAX_HOOK_OUTPUT]
         err = stderr.decode("utf-8", "replace").strip()[:MAX_HOOK_OUTPUT]
         if proc.returncode == 2:

@@ -7,6 +7,10 @@ that entered them) until `stop()`. Every blocking call (`start`, `call`, `stop`)
 its time limit and then reports an error: a server that does not start, hangs, crashes or
 answers garbage never hangs the agent, and its failure comes back as a string, never raised.
 A stdio server's stderr goes to a log file (`<spec-agent home>/mcp/NAME.log`), not the terminal.
+The SDK starts a stdio server in a session of its own and, on `stop()`, closes its stdin and
+then kills its group; the command it is given is the server's under tools/procs.py's launcher
+(`contained`: on Linux tools/reaper.py), so the server and everything it starts also end when
+the agent dies, and what it leaves behind ends with it.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from functools import partial
 from typing import Any
+
+from tools import procs
 
 from ..extensions import ServerSpec
 
@@ -139,7 +145,8 @@ class McpHost:
         from mcp import StdioServerParameters, stdio_client
 
         log = stack.enter_context(open(self._log_path(spec.name), "a", encoding="utf-8"))
-        params = StdioServerParameters(command=spec.command, args=list(spec.args),
+        command, *args = procs.contained([spec.command, *spec.args])  # the SDK spawns it
+        params = StdioServerParameters(command=command, args=args,
                                        env=dict(spec.env) or None, cwd=spec.cwd or None)
         return stdio_client(params, errlog=log)
 
