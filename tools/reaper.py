@@ -1,9 +1,10 @@
 """`python -I -S reaper.py PARENT_PID ARGV...`: run ARGV so that nothing it starts outlives it.
 
-The launcher tools/procs.py puts around unsandboxed shell commands, hooks and MCP servers on
-Linux (a sandboxed command gets the same from bwrap's PID namespace). This process becomes a child subreaper (PR_SET_CHILD_SUBREAPER: whatever ARGV
-starts and leaves behind is re-parented here, not to init), asks for SIGTERM when the agent
-dies (PR_SET_PDEATHSIG), then runs ARGV. When ARGV ends, or the agent dies, or it is sent
+The launcher tools/procs.py puts around unsandboxed shell commands, hooks and MCP servers
+on Linux (a sandboxed command gets the same from bwrap's PID namespace). This process becomes
+a child subreaper (PR_SET_CHILD_SUBREAPER: whatever ARGV starts and leaves behind is
+re-parented here, not to init), asks for SIGTERM when the agent dies (PR_SET_PDEATHSIG),
+then runs ARGV. When ARGV ends, or the agent dies, or it is sent
 SIGTERM, every process left under it is SIGKILLed and reaped. It exits with ARGV's exit code
 (128 + the signal when a signal ended it). Standard library only, nothing imported from the
 project: it starts in a few milliseconds.

@@ -1,12 +1,12 @@
 """The user's hooks: programs run at points of a conversation, speaking Claude Code's protocol.
 
 `HookRunner.run(event, payload, tool)` runs every hook of `event` whose matcher fits `tool`,
-one after another, each through the shell in the repository root, started by tools/procs.py
-contained (its own process group; on Linux under tools/reaper.py, so whatever it starts,
-also in the background or in a session of its own, ends when the hook ends and when the
-agent dies), with the payload as JSON on stdin: `session_id`, `cwd`, `hook_event_name`, and per event
-`tool_name`/`tool_input` (PreToolUse), `tool_response` too (PostToolUse), `prompt`
-(UserPromptSubmit), `stop_hook_active` (Stop). What a hook says:
+one after another, each through the shell in the repository root, with the payload as JSON
+on stdin: `session_id`, `cwd`, `hook_event_name`, and per event `tool_name`/`tool_input`
+(PreToolUse), `tool_response` too (PostToolUse), `prompt` (UserPromptSubmit),
+`stop_hook_active` (Stop). A hook is started contained (tools/procs.py: its own process
+group; on Linux under tools/reaper.py), so whatever it starts, in the background or in a
+session of its own, ends when the hook ends and when the agent dies. What a hook says:
 
 - exit 2: block; its stderr is the reason (the model reads it for PreToolUse, PostToolUse and
   Stop; the user for UserPromptSubmit, whose message is then not sent);
