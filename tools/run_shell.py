@@ -10,8 +10,9 @@ that prints without end cannot exhaust memory; on timeout, or when the sandbox h
 sandbox.MAX_PROCESSES processes (counted every _TICK_S), the process group is killed (and
 with it the whole sandbox); when the command ends, what it left in its group is killed too.
 Commands get a scrubbed environment (tools/environ.py: no credentials unless the user passes
-them). Every command dies with the agent (tools/procs.py; unsandboxed ones on Linux run under
-tools/reaper.py, so their own children do too).
+them). The output loses its terminal escape sequences before the model sees it
+(tools/termtext.py). Every command dies with the agent (tools/procs.py; unsandboxed ones on
+Linux run under tools/reaper.py, so their own children do too).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 
 from . import git, procs, sandbox
 from ._base import ToolContext, ToolResult
+from .termtext import plain_output
 
 SCHEMA = {
     "type": "object",
@@ -199,7 +201,7 @@ def run_shell(ctx: ToolContext, command: str, timeout_s: float | None = None) ->
         census.close()
         procs.reaped(proc)  # what it left running in its group dies with the call
     reader.join(timeout=5)
-    text = reader.kept.decode("utf-8", errors="replace")
+    text = plain_output(reader.kept.decode("utf-8", errors="replace"))  # no colours, no redraws
     if reader.total > len(reader.kept):
         text += f"\n[... output cut: {reader.total - len(reader.kept)} more bytes]"
     planted = sandbox.remove_planted(watch) if watch else []

@@ -6,7 +6,9 @@
 - `events`: one JSON object per line for each step (assistant message, tool call, tool
   result, approval stop, git action, warning, context compaction, speculation change, turn
   stats), then the same final object. (`stream-json`, Claude Code's shapes, is ui/stream_json.py.)
-Text deltas are not rendered (a TUI streams them). This module only formats; it runs nothing.
+Text deltas are not rendered (a TUI streams them). The text format goes to a terminal: every
+line passes through `shown` (agent/core/shown.py); the JSON formats are left to json.dumps.
+`stop_line` says why a run stopped, for every UI. This module only formats; it runs nothing.
 """
 
 from __future__ import annotations
@@ -16,8 +18,9 @@ from typing import IO, Any
 
 from ..core.shown import shown
 from ..events import (AgentResult, ApprovalRequired, AssistantMessage, CheckRun, Event, GenerationStats,
-                     GitAction, PrefillProgress, RunStopped, SpeculationChanged, TextDelta,
-                     ToolCallFinished, ToolCallStarted, TurnStats, Warning)
+                      GitAction, PrefillProgress, RunStopped, SpeculationChanged, TextDelta,
+                      ToolCallFinished, ToolCallStarted, TurnStats, Warning)
+from ..exit_codes import TABLE
 
 _STREAMED = (AssistantMessage, ToolCallStarted, ToolCallFinished, ApprovalRequired, GitAction,
              Warning, TurnStats, SpeculationChanged, CheckRun)  # Warning includes ContextCompacted
@@ -55,6 +58,36 @@ def check_line(ev: CheckRun) -> str:
     return f"check {ev.kind}: FAILED ({_short(ev.command, 80)}), {then}: {_short(ev.output, 160)}"
 
 
+# What each stop means to the user, where the exit-code table's row (agent/exit_codes.py)
+# covers several; a reason not named here is said with its row's meaning.
+STOP_WHY = {
+    "max_turns": "the turn limit was reached before an answer",
+    "max_tokens": "the reply was cut at the token limit",
+    "repetition": "the model kept repeating itself",
+    "approval_required": "a tool call needed an approval no one could give",
+    "blocked": "a hook refused the message",
+    "checks_failed": "the checks of the edits still fail",
+    "edit_failed": "an edit was refused or failed",
+    "no_change": "no file changed though the message asks for a change",
+}
+
+
+def stop_line(reason: str, error: str = "") -> str:
+    """One line saying why a run stopped ("" when it answered): `error: …` for a failure,
+    `(cancelled)`, else `stopped: REASON — why` (the run's own error text when it has one).
+    A reason this module does not know is said with its exit-code row's meaning, or alone."""
+    error = shown(error, keep_newlines=False)
+    if reason in ("answered", ""):
+        return f"error: {error}" if error else ""
+    if reason == "error":
+        return f"error: {error or 'the run failed'}"
+    if reason == "cancelled":
+        return "(cancelled)"
+    why = error if error and error != reason else STOP_WHY.get(reason) or next(
+        (row.meaning for row in TABLE if reason in row.stop_reasons), "")
+    return f"stopped: {shown(reason, keep_newlines=False)}" + (f" — {why}" if why else "")
+
+
 def _short(text: str, n: int = 200) -> str:
     text = " ".join(text.split())
     return text if len(text) <= n else text[: n - 3] + "..."
@@ -89,16 +122,22 @@ class Renderer:
         self.out.write(json.dumps(obj, ensure_ascii=False, default=str) + "\n")
         self.out.flush()
 
+    @staticmethod
+    def _say(stream: IO[str], text: str) -> None:
+        """Text for a terminal: escaped (agent/core/shown.py), then flushed."""
+        stream.write(shown(text))
+        stream.flush()
+
     def _text(self, ev: Event) -> None:
         msg = ""
         if isinstance(ev, AssistantMessage) and ev.text:
             msg = f"assistant: {_short(ev.text, 400)}"
         elif isinstance(ev, ToolCallStarted):
-            msg = f"→ {ev.name} {shown(_short(json.dumps(ev.arguments, ensure_ascii=False), 160))}"
+            msg = f"→ {ev.name} {_short(json.dumps(ev.arguments, ensure_ascii=False), 160)}"
         elif isinstance(ev, ToolCallFinished):
             msg = f"  {'ok' if ev.ok else 'failed'}: {_short(ev.output, 160)}"
         elif isinstance(ev, (ApprovalRequired,)):
-            msg = f"approval required for {ev.name}: {shown(ev.reason, keep_newlines=False)}"
+            msg = f"approval required for {ev.name}: {_short(ev.reason, 400)}"
         elif isinstance(ev, CheckRun):
             msg = check_line(ev)
         elif isinstance(ev, GitAction):
@@ -110,21 +149,19 @@ class Renderer:
         elif isinstance(ev, TurnStats) and self.stats:
             msg = f"turn {ev.turn} {format_stats(ev.stats)}"
         if msg:
-            self.err.write(msg + "\n")
-            self.err.flush()
+            self._say(self.err, msg + "\n")
 
     def _final(self, ev: AgentResult) -> None:
         if self.fmt in ("json", "events"):
             self._line(self.result)
             return
         if ev.result:
-            self.out.write(ev.result.rstrip() + "\n")
-            self.out.flush()
-        if ev.is_error:
-            self.err.write(f"spec-agent: error: {shown(ev.error, keep_newlines=False)}\n")
+            self._say(self.out, ev.result.rstrip() + "\n")
+        stopped = stop_line(ev.stop_reason or self.stop_reason, ev.error if ev.is_error else "")
+        if stopped:
+            self._say(self.err, f"spec-agent: {stopped}\n")
         if self.stats:
-            self.err.write(self._summary(ev) + "\n")
-        self.err.flush()
+            self._say(self.err, self._summary(ev) + "\n")
 
     def _summary(self, ev: AgentResult) -> str:
         """The run's figures; "n/a" where nothing measured one (a server that does not report

@@ -8,7 +8,10 @@ shows events as they arrive. On a terminal a small prompt-toolkit application ke
 being streamed and the meter below the output, redrawn 4 times a second, and takes y/n/a for
 approvals; elsewhere (tests, pipes) events are written as plain text and approvals read with
 `ask`. Not here: Textual's full-screen UI, token colouring (/tokens), engine figures (the
-engine computes them; the meter only shows them).
+engine computes them; the meter only shows them). Everything shown passes through `write`
+(or, on a terminal, the live view's text from agent/ui/repl_text.py), which escapes what a
+terminal would act on (agent/core/shown.py); a `!command`'s output loses its escape
+sequences before it is shown or kept (`plain_output`).
 """
 
 from __future__ import annotations
@@ -34,8 +37,9 @@ from prompt_toolkit.layout.controls import FormattedTextControl
 from prompt_toolkit.styles import Style
 
 from ..cancel import CancelToken
+from ..core.shown import plain_output, shown
 from ..events import AgentResult, ApprovalRequest
-from . import inputs, slash
+from . import custom_commands, inputs, slash
 from .repl_text import (Meter, Transcript, approval_question, approval_text, history_summary,
                         parse_answer)
 
@@ -75,8 +79,9 @@ class Repl:
         self._last_interrupt = -1e9
 
     def write(self, text: str) -> None:
+        """Show `text`, escaped for the terminal (the one way the REPL writes)."""
         if text:
-            self.out.write(text)
+            self.out.write(shown(text))
             self.out.flush()
 
     def on_engine(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -98,6 +103,8 @@ class Repl:
             self.on_engine(rt.new_conversation)
         elif rt.conversation.user_messages:
             self.write(history_summary(rt.conversation))
+        for warning in custom_commands.warnings(rt.root):
+            self.write(f"warning: {warning}\n")
         rt.set_approver(self._approve)
         self.refresh()
 
@@ -144,8 +151,8 @@ class Repl:
 
     def _slash(self, line: str) -> bool:
         reply = self.on_engine(slash.run, self.rt, line)  # /model and /draft load weights
-        if reply.action == "send" and not reply.error:  # a custom command: its text is the message
-            self.send(reply.text, summary=line)
+        if reply.action == "send" and not reply.error:  # a custom command: its text is the message,
+            self.send(reply.text, summary=line)  # never a `!command`, whatever it starts with
             return True
         if reply.text:
             self.write(("error: " if reply.error else "") + reply.text.rstrip("\n") + "\n")
@@ -168,6 +175,7 @@ class Repl:
         except KeyboardInterrupt:
             self.write("\n(interrupted; nothing added to the conversation)\n")
             return
+        output = plain_output(output)  # colours and progress redraws: not for the model or history
         self.write(output if output.endswith("\n") or not output else output + "\n")
         self.write(f"(exit code {code}; output added to the conversation)\n")
         self.rt.conversation.add_note(inputs.shell_note(command, code, output))

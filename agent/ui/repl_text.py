@@ -6,7 +6,10 @@ talks to the engine, so it is tested with plain strings.
   speculation state, context, cache hits) plus the workspace (model, approval mode, git) and
   writes them as one status line.
 - `Transcript` turns one message's events into streamed text: assistant text with tool-call
-  markup removed (`CallFilter`), one line per tool call and result, diffs for edits.
+  markup removed (`CallFilter`), one line per tool call and result, diffs for edits, and why
+  a run stopped (`stop_line`, agent/ui/render.py).
+Every text made here is escaped for the terminal (`shown`, agent/core/shown.py); the REPL
+escapes what it writes once more (escaping twice changes nothing).
 """
 
 from __future__ import annotations
@@ -19,10 +22,10 @@ from typing import Any
 from ..core.callformat import CLOSE, OPEN, RESULT_OPEN, strip_calls
 from ..core.preview import describe_scope
 from ..core.shown import shown
-from ..events import (AgentResult, ApprovalRequest, DecodeProgress, Event, GenerationStats,
-                      CheckRun, GitAction, PrefillProgress, RunStopped, SpeculationChanged, TextDelta,
-                      ToolCallFinished, ToolCallStarted, TurnStarted, TurnStats, Warning)
-from .render import format_stats
+from ..events import (AgentResult, ApprovalRequest, CheckRun, DecodeProgress, Event, GenerationStats,
+                      GitAction, PrefillProgress, SpeculationChanged, TextDelta, ToolCallFinished,
+                      ToolCallStarted, TurnStarted, TurnStats, Warning)
+from .render import format_stats, stop_line
 
 EDIT_TOOLS = ("edit_file", "write_file")
 MAX_DIFF_LINES = 60
@@ -122,7 +125,7 @@ class Meter:
         if self.branch:
             parts.append(self.branch + (f" ({self.dirty} dirty)" if self.dirty else ""))
         parts.append(self.model + (f" + {self.draft}" if self.draft else ""))  # last: cut first
-        return " │ ".join(parts)
+        return shown(" │ ".join(parts), keep_newlines=False)
 
 
 # ---- events → text -----------------------------------------------------------------------------
@@ -171,7 +174,7 @@ class Transcript:
     def _emit(self, text: str) -> str:
         if text:
             self.at_line_start = text.endswith("\n")
-        return text
+        return shown(text)
 
     def line(self, text: str) -> str:
         """`text` on a line of its own."""
@@ -197,12 +200,10 @@ class Transcript:
             return self.line(check_line(ev))
         elif isinstance(ev, Warning):
             return self.line(f"warning: {ev.message}")
-        elif isinstance(ev, RunStopped) and ev.reason in ("cancelled", "max_turns"):
-            return self.line("(cancelled)" if ev.reason == "cancelled" else "(stopped: max turns reached)")
         elif isinstance(ev, AgentResult):
             self.result = ev
-            if ev.is_error and ev.error and ev.stop_reason not in ("cancelled", "max_turns"):
-                return self.line(f"error: {shown(ev.error, keep_newlines=False)}")
+            said = stop_line(ev.stop_reason, ev.error if ev.is_error else "")
+            return self.line(said) if said else ""
         return ""
 
     @staticmethod
@@ -228,7 +229,7 @@ def approval_text(req: ApprovalRequest) -> str:
 
 def approval_question(req: ApprovalRequest) -> str:
     always = f" / [a]lways ({describe_scope(req.scope)})" if req.can_always else ""
-    return f"Allow {req.name}? [y]es / [n]o{always} "
+    return shown(f"Allow {req.name}? [y]es / [n]o{always} ", keep_newlines=False)
 
 
 def parse_answer(text: str, can_always: bool) -> str | None:

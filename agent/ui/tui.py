@@ -4,8 +4,11 @@ The App shows the conversation (streamed markdown, tool panels with diffs, notes
 prompt with `/command` and `@file` completion, an approval dialog and a status bar of live
 decoding figures. All model work (loading, messages, slow slash commands, `!commands`) runs on
 ONE engine thread (agent/ui/tui_engine.py) fed by a job queue; the App only renders the events
-that thread posts, so the UI never waits for the model. Not here: how a message runs
-(agent/core), what the commands do (agent/ui/slash.py, agent/ui/inputs.py).
+that thread posts, so the UI never waits for the model. A custom command's text is always
+sent as a message (`Expansion`), never run as the user's `!command`. Text from the model,
+tools or files reaches the screen through agent/ui/tui_widgets.py's `plain` (escaped, no
+markup). Not here: how a message runs (agent/core), what the commands do
+(agent/ui/slash.py, agent/ui/inputs.py).
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -28,19 +31,28 @@ from ..cancel import CancelToken
 from ..core.attach import typed_text
 from ..core.callformat import RESULT_OPEN, parse_calls, strip_calls
 from ..core.shown import shown
-from ..events import (AgentResult, ApprovalRequired, AssistantMessage, CheckRun, DecodeProgress, GitAction,
-                      PrefillProgress, RunStopped, SpeculationChanged, ToolCallFinished,
-                      ToolCallStarted, TurnStats, Warning)
-from . import inputs, slash
-from .tui_engine import ApprovalAsked, EngineBridge, EngineEvent, JobDone, Note, Streamed
+from ..events import (AgentResult, ApprovalRequired, AssistantMessage, CheckRun, DecodeProgress,
+                      GitAction, PrefillProgress, SpeculationChanged, ToolCallFinished, ToolCallStarted,
+                      TurnStats, Warning)
+from . import custom_commands, inputs, slash
+from .render import check_line, stop_line
+from .tui_engine import (ApprovalAsked, EngineBridge, EngineEvent, JobDone, Note, Streamed)
 from .tui_screens import ApprovalScreen, SlashCommands
 from .tui_status import Figures, StatusBar, short_name
-from .tui_widgets import ChatView, Completions, Legend, PromptInput, call_summary, diff_syntax
+from .tui_widgets import (ChatView, Completions, Legend, PromptInput, call_summary, diff_syntax)
 
 QUIT_WINDOW_S = 2.0  # a second Ctrl+C within this long quits
 SHUTDOWN_WAIT_S = 60.0  # for the engine thread to finish its round (or a model load) on exit
 UI_COMMANDS = ("help", "tokens", "quit", "config", "stats", "mcp")  # run on the UI thread, at once
 MENTION_AT_CURSOR = re.compile(r"(?:^|\s)@([\w./\-]*)$")
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """A custom command's text: a message to the model whatever it starts with (a command
+    file is the repository's, not the user's, so its `!` line is never the user's shell)."""
+
+    text: str
 
 
 class AgentApp(App[int]):
@@ -70,7 +82,7 @@ class AgentApp(App[int]):
         self.engine_started = False
         self.engine_tid = 0  # the engine thread's OS id, once it runs
         self._hint_timer: Timer | None = None
-        self.queued: list[str] = []  # messages sent while the engine was busy, oldest first
+        self.queued: list[str | Expansion] = []  # sent while the engine was busy, oldest first
 
     def compose(self) -> ComposeResult:
         yield ChatView(id="chat")
@@ -108,6 +120,8 @@ class AgentApp(App[int]):
                                "@file attaches a file, !command runs one")
         else:
             self._replay(rt.conversation.messages)
+        for warning in custom_commands.warnings(rt.root):
+            self.chat.add_note(f"warning: {warning}", "warn")
         rt.set_approver(self.engine.approve)
         self._show_settings()
         self.engine_started = True
@@ -172,21 +186,22 @@ class AgentApp(App[int]):
             self.prompt.remember(text)
             self._queue(text) if self.busy else self._dispatch(text)
 
-    def _queue(self, text: str) -> None:
+    def _queue(self, item: str | Expansion) -> None:
         """Keep a message sent while the model loads or answers; it is sent when it is done."""
-        self.queued.append(text)
-        first = text.splitlines()[0]
+        self.queued.append(item)
+        first = (item.text if isinstance(item, Expansion) else item).splitlines()[0]
         self.chat.add_note(f"queued: {first[:80]}{'…' if len(first) > 80 else ''} "
                            "(sent when the model is ready)")
         self._flash(f"{len(self.queued)} message(s) queued · Esc cancels the running one")
 
-    def _dispatch(self, text: str) -> None:
-        """Send a message or run a `!command` (the engine is idle)."""
-        if text.startswith("!"):
-            self.chat.add_user(text)
+    def _dispatch(self, item: str | Expansion) -> None:
+        """Send a message, or run a `!command` the user typed (the engine is idle). The one
+        place input is dispatched: an `Expansion` is always a message."""
+        text = item.text if isinstance(item, Expansion) else item
+        self.chat.add_user(text)
+        if isinstance(item, str) and text.startswith("!"):
             self._submit("shell", partial(self.engine.shell, text[1:].strip()))
         else:
-            self.chat.add_user(text)
             self.cancel = CancelToken()
             self.status.phase = "thinking…"
             self._submit("send", partial(self.engine.send, text, self.cancel))
@@ -195,10 +210,12 @@ class AgentApp(App[int]):
         cmd, _ = slash.parse(line, self.runtime.root)
         if cmd is not None and cmd.custom:  # a command file's text, sent as a message
             reply = slash.run(self.runtime, line)
-            if self.busy:
-                self._queue(reply.text)
+            if reply.error or reply.action != "send":
+                self._apply(line, reply)
+            elif self.busy:
+                self._queue(Expansion(reply.text))
             else:
-                self._dispatch(reply.text)
+                self._dispatch(Expansion(reply.text))
             return
         self.chat.add_user(line)
         if cmd is None or cmd.name in UI_COMMANDS:
@@ -327,8 +344,7 @@ class AgentApp(App[int]):
             chat.tool_started(ev.call_id, ev.name, ev.arguments)
         elif isinstance(ev, ToolCallFinished):
             chat.tool_finished(ev.call_id, ev.name, ev.ok, ev.output)
-        elif isinstance(ev, (GitAction, Warning, ApprovalRequired, RunStopped, AgentResult,
-                             CheckRun)):
+        elif isinstance(ev, (GitAction, Warning, ApprovalRequired, AgentResult, CheckRun)):
             self._note_event(ev)
 
     def _note_event(self, ev: Any) -> None:
@@ -336,20 +352,17 @@ class AgentApp(App[int]):
         if isinstance(ev, GitAction):
             chat.add_note(f"git: {ev.message}")
         elif isinstance(ev, CheckRun):  # failures only: the chat stays about the work
-            from .render import check_line
-
             if not ev.ok:
                 chat.add_note(check_line(ev), "warn")
         elif isinstance(ev, Warning):
             chat.add_note(f"warning: {ev.message}", "warn")
         elif isinstance(ev, ApprovalRequired):
             chat.add_note(f"approval required for {ev.name}: {shown(ev.reason, keep_newlines=False)}", "warn")
-        elif isinstance(ev, RunStopped) and ev.reason in ("cancelled", "max_turns"):
-            chat.add_note("cancelled" if ev.reason == "cancelled" else "stopped: max turns", "warn")
         elif isinstance(ev, AgentResult):
             self.last_result = ev
-            if ev.is_error and ev.error and ev.stop_reason not in ("cancelled", "max_turns"):
-                chat.add_note(f"error: {shown(ev.error, keep_newlines=False)}", "error")
+            said = stop_line(ev.stop_reason, ev.error if ev.is_error else "")
+            if said:
+                chat.add_note(said, "error" if said.startswith("error:") else "warn")
 
     def on_job_done(self, msg: JobDone) -> None:
         self.pending -= 1

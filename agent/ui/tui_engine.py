@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable
 from textual.message import Message
 
 from ..cancel import CancelToken
+from ..core.shown import plain_output
 from ..events import AgentResult, ApprovalRequest, Event, TextDelta
 from . import inputs
 
@@ -178,9 +179,11 @@ class EngineBridge:
         return result
 
     def shell(self, command: str) -> tuple[int, str]:
-        """The user's `!command`: run it and add its output to the conversation."""
+        """The user's `!command`: run it and add its output, escape sequences taken out, to
+        the conversation."""
         rt = self.runtime
         code, output = inputs.run_user_command(command, rt.root, rt.cfg.shell_timeout_s)
+        output = plain_output(output)
         rt.conversation.add_note(inputs.shell_note(command, code, output))
         return code, output
 

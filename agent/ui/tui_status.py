@@ -2,6 +2,7 @@
 
 `Figures` is built only from the engine's events (`DecodeProgress` while decoding, the
 turn's `GenerationStats` when it ends); the bar computes nothing itself and calls nothing.
+Its lines are escaped for the terminal (a model name or branch is not ours to trust).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from ..core.shown import shown
 from ..events import DecodeProgress, GenerationStats
 
 SEP = " │ "
@@ -103,4 +105,5 @@ class StatusBar(Widget):
         if branch:
             second.append(f"{branch} +{dirty}")
         second.append(self.hint or "^t tokens · esc cancel · ^c^c quit · ^p commands")
-        return Text(SEP.join(first) + "\n" + SEP.join(second), no_wrap=True, overflow="ellipsis")
+        lines = (shown(SEP.join(first), keep_newlines=False), shown(SEP.join(second), keep_newlines=False))
+        return Text("\n".join(lines), no_wrap=True, overflow="ellipsis")

@@ -2,7 +2,9 @@
 token-colour legend (the status bar is in tui_status.py).
 
 Widgets only show what the App hands them (figures computed by the engine, events from the
-engine thread); none of them calls the model or the runtime.
+engine thread); none of them calls the model or the runtime. Text that a model, tool, file or
+server wrote is shown through `plain` (or `shown` for markdown and code): escaped for the
+terminal (agent/core/shown.py) and never parsed as Rich or Textual markup.
 """
 
 from __future__ import annotations
@@ -24,10 +26,17 @@ from textual.timer import Timer
 from textual.widgets import Markdown, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
+from ..core.shown import shown
+
 SOURCE_STYLES = {"target": "", "draft": "bold green", "lookup": "bold cyan", "forced": "magenta"}
 MAX_OUTPUT_LINES = 30  # of a tool's output shown in its panel
 UI_CPU_BUDGET = 0.03  # share of one core streamed-text rendering may take (see AssistantBlock)
 RENDER_MIN_S, RENDER_MAX_S = 0.1, 1.0  # bounds of the time between two renders of a stream
+
+
+def plain(text: str, style: str = "") -> Text:
+    """`text` as the TUI shows it: control characters escaped, markup left as typed."""
+    return Text(shown(text), style=style)
 
 
 class Legend(Static):
@@ -56,7 +65,7 @@ class Completions(OptionList):
     def show(self, candidates: list[tuple[str, str]]) -> None:
         """(value, label) pairs; hides the list when there are none."""
         self.clear_options()
-        self.add_options([Option(label, id=value) for value, label in candidates])
+        self.add_options([Option(plain(label), id=value) for value, label in candidates])
         self.display = bool(candidates)
         if candidates:
             self.highlighted = 0
@@ -176,13 +185,14 @@ class PromptInput(TextArea):
 def call_summary(name: str, args: dict[str, Any]) -> Text:
     """A tool call's arguments as one short block (the command, the path, or JSON)."""
     if name == "run_shell":
-        return Text("$ " + str(args.get("command", "")), style="bold")
+        return plain("$ " + str(args.get("command", "")), style="bold")
     if name == "edit_file":
-        return Text(f"{args.get('path', '')} ({len(args.get('edits', []))} edit(s))")
+        edits = args.get("edits", [])
+        return plain(f"{args.get('path', '')} ({len(edits) if isinstance(edits, list) else '?'} edit(s))")
     if name == "write_file":
         lines = str(args.get("content", "")).count("\n") + 1
-        return Text(f"{args.get('path', '')} ({lines} lines)")
-    return Text(json.dumps(args, ensure_ascii=False)[:300])
+        return plain(f"{args.get('path', '')} ({lines} lines)")
+    return plain(json.dumps(args, ensure_ascii=False)[:300])
 
 
 def clip(text: str, n: int = MAX_OUTPUT_LINES) -> str:
@@ -191,18 +201,18 @@ def clip(text: str, n: int = MAX_OUTPUT_LINES) -> str:
 
 
 def diff_syntax(diff: str) -> Syntax:
-    return Syntax(diff.rstrip("\n"), "diff", theme="ansi_dark", word_wrap=True,
+    return Syntax(shown(diff.rstrip("\n")), "diff", theme="ansi_dark", word_wrap=True,
                   background_color="default")
 
 
 def result_body(name: str, ok: bool, output: str) -> RenderableType:
     """A tool's result: an edit's diff highlighted, other output clipped, failures in red."""
     if not ok:
-        return Text(clip(output), style="red")
+        return plain(clip(output), style="red")
     head, _, diff = output.partition("\n")
     if name in ("edit_file", "write_file") and diff.startswith("---"):
-        return Group(Text(head, style="green"), diff_syntax(clip(diff, 60)))
-    return Text(clip(output), style="dim")
+        return Group(plain(head, style="green"), diff_syntax(clip(diff, 60)))
+    return plain(clip(output), style="dim")
 
 
 class ToolPanel(Static):
@@ -213,14 +223,14 @@ class ToolPanel(Static):
     def __init__(self, name: str, args: dict[str, Any]) -> None:
         super().__init__()
         self.tool, self.args = name, args
-        self.update(Panel(call_summary(name, args), title=name, title_align="left",
+        self.update(Panel(call_summary(name, args), title=plain(name), title_align="left",
                           border_style="yellow"))
 
     def finish(self, ok: bool, output: str) -> None:
         result = result_body(self.tool, ok, output)
         shows_diff = isinstance(result, Group)  # an edit's "edited … :" line and its diff
         body = result if shows_diff else Group(call_summary(self.tool, self.args), result)
-        self.update(Panel(body, title=f"{self.tool} {'✓' if ok else '✗'}", title_align="left",
+        self.update(Panel(body, title=plain(f"{self.tool} {'✓' if ok else '✗'}"), title_align="left",
                           border_style="green" if ok else "red"))
 
 
@@ -313,9 +323,9 @@ class AssistantBlock(Vertical):
             self._show_spans()
         elif self._shown < len(self.text) and self.final is None:
             if '<file path="' in self.text:  # re-rendered whole: the block is shown as code
-                self._md.update(reply_markdown(self.text))
+                self._md.update(shown(reply_markdown(self.text)))
             else:
-                self._md.append(self.text[self._shown:])
+                self._md.append(shown(self.text[self._shown:]))
             self._shown = len(self.text)
 
     def finish(self, text: str) -> None:
@@ -335,13 +345,13 @@ class AssistantBlock(Vertical):
         if self.tokens:
             self._show_spans()
         else:
-            self._md.update(reply_markdown(self.final if self.final is not None else self.text))
+            self._md.update(shown(reply_markdown(self.final if self.final is not None else self.text)))
             self._shown = len(self.text)
 
     def _show_spans(self) -> None:
         out = Text()
         for text, src in self.spans:
-            out.append(text, style=SOURCE_STYLES.get(src, ""))
+            out.append(shown(text), style=SOURCE_STYLES.get(src, ""))
         self._plain.update(out)
 
 
@@ -366,10 +376,11 @@ class ChatView(VerticalScroll):
         self.anchor()  # follow new content until the user scrolls up
 
     def add_user(self, text: str) -> None:
-        self.mount(Static(Text("> " + text), classes="user"))
+        self.mount(Static(plain("> " + text), classes="user"))
 
     def add_note(self, text: RenderableType, kind: str = "note") -> None:
-        self.mount(Static(Text(text) if isinstance(text, str) else text, classes=kind))
+        """A line of text (shown plain and escaped) or a renderable built from `plain`."""
+        self.mount(Static(plain(text) if isinstance(text, str) else text, classes=kind))
 
     def stream(self, text: str, spans: tuple) -> None:
         if self.current is None:
