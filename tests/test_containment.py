@@ -158,3 +158,124 @@ def test_children_of_hooks_and_mcp_servers_end_when_the_agent_is_killed(tmp_path
     finally:
         proc.kill()
     assert _left(started) == []
+
+
+# ---- what the checks read: regular files inside the repo, no symlink followed ----------------
+
+KEY = "-----BEGIN OPENSSH PRIVATE KEY-----\nb3BlbnNzaC1rZXktdjEAAAAA-secret\n"
+
+
+@pytest.fixture
+def planted(tmp_path):
+    """A repository where a command planted `x.py` and `sub/y.py` (through a linked folder)
+    as links to a key outside it, and `pipe.py`, a FIFO."""
+    repo = make_repo(tmp_path / "repo", SAMPLE)
+    (tmp_path / "ssh").mkdir()
+    (tmp_path / "ssh" / "id_rsa").write_text(KEY)
+    (tmp_path / "ssh" / "y.py").write_text(KEY)
+    (repo / "x.py").symlink_to(tmp_path / "ssh" / "id_rsa")
+    (repo / "sub").symlink_to(tmp_path / "ssh")
+    os.mkfifo(repo / "pipe.py")
+    return repo
+
+
+def test_the_checks_neither_follow_a_planted_symlink_nor_open_a_fifo(planted):
+    from agent.config import Config
+    from agent.core import checks
+    from tools import ToolContext
+
+    edited = ["x.py", "sub/y.py", "pipe.py", "calc.py"]
+    assert checks.python_files(edited, planted) == ["calc.py"]
+    cfg = Config(auto_lint=True, auto_test=False)
+    t0 = time.monotonic()
+    outs = list(checks.run_checks(cfg, edited, ToolContext(planted, sandbox="off")))
+    assert time.monotonic() - t0 < 30 and all(o.ok for o in outs), outs
+    for p in ("x.py", "sub/y.py", "pipe.py"):  # asked directly: refused, nothing quoted
+        out = checks.syntax([p], planted)
+        assert not out.ok and "secret" not in out.output and "BEGIN" not in out.output, out
+        assert checks.stubs([p], planted).ok
+    report = 'File "x.py", line 1\nsub/y.py:1:1: E999\nFile "%s", line 1\n' % (planted.parent / "ssh/id_rsa")
+    assert checks._named_lines(report, planted) == ""
+    fed = checks.feedback(checks.Outcome("syntax", "c", False, report), planted)
+    assert "BEGIN" not in fed and "secret" not in fed
+
+
+def test_importers_attached_to_a_names_failure_are_never_links(planted):
+    import subprocess
+
+    from agent.core import checks
+    from tools import ToolContext
+
+    (planted / "real.py").write_text("from shapes import area\n")
+    (planted.parent / "ssh" / "use.py").write_text("from shapes import area\n" + KEY)
+    (planted / "use.py").symlink_to(planted.parent / "ssh" / "use.py")
+    subprocess.run(["git", "add", "real.py", "use.py"], cwd=planted, check=True)
+    out = checks.Outcome("names", "", False, "x", importers=("use.py", "real.py"))
+    assert list(checks.importer_texts(out, ToolContext(planted, sandbox="off"))) == ["real.py"]
+
+
+def test_the_names_check_reads_no_link_and_no_fifo(planted):
+    from agent.core.pynames import missing_names
+
+    (planted / "shapes.py").write_text("def area():\n    return 1\n")
+    (planted.parent / "ssh" / "imp.py").write_text("from shapes import gone\n")
+    (planted / "imp.py").symlink_to(planted.parent / "ssh" / "imp.py")
+    (planted / "real.py").write_text("from shapes import missing\n")
+    t0 = time.monotonic()
+    found = missing_names(planted, "shapes.py")
+    assert time.monotonic() - t0 < 10
+    assert [(m.importer, m.names) for m in found] == [("real.py", ("missing",))]
+
+
+@pytest.mark.skipif(not LINUX, reason="bubblewrap")
+def test_ruff_runs_sandboxed(tmp_path, monkeypatch):
+    """A `ruff` that tries to write outside the repository cannot: the check runs it as
+    run_shell runs a command."""
+    from tools import ToolContext, sandbox
+
+    if not sandbox.available()[0]:
+        pytest.skip("no working sandbox")
+    from agent.core import checks
+
+    repo = make_repo(tmp_path / "repo", SAMPLE)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    bin_dir = repo / "bin"  # (the sandbox's /tmp is its own)
+    bin_dir.mkdir()
+    fake = bin_dir / "ruff"
+    fake.write_text(f"#!/bin/sh\ntouch {out_dir}/escaped && echo wrote\necho 'calc.py:1:1: F821 x'\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    out = checks.ruff(["calc.py"], repo, ctx=ToolContext(repo))
+    assert out is not None and not out.ok and "F821" in out.output
+    assert not (out_dir / "escaped").exists()
+
+
+# ---- the git folders of nested repositories ----------------------------------------------------
+
+@pytest.mark.parametrize("path", ["store/config", "store/hooks/pre-commit", "pending/HEAD",
+                                  "pending/hooks/post-checkout", "bare.git/hooks/post-update",
+                                  "linked/config", "sub/.git"])
+def test_write_file_refuses_the_git_folders_of_nested_repositories(tmp_path, path):
+    from tools import ToolContext, call_tool
+
+    repo = make_repo(tmp_path / "repo", SAMPLE)
+    # `sub` keeps its git folder in `store` (git init --separate-git-dir: a .git file points there)
+    subprocess.run(["git", "init", "-q", "--separate-git-dir", str(repo / "store"), str(repo / "sub")],
+                   check=True)
+    (repo / "other").mkdir()
+    (repo / "other" / ".git").write_text("gitdir: ../pending\n")  # not created yet
+    subprocess.run(["git", "init", "-q", "--bare", str(repo / "bare.git")], check=True)
+    (repo / "lib").mkdir()
+    subprocess.run(["git", "init", "-q", str(repo / "real")], check=True)
+    (repo / "lib" / ".git").symlink_to(repo / "real" / ".git")
+    (repo / "linked").symlink_to(repo / "real" / ".git")
+    before = (repo / "store" / "config").read_bytes()
+    ctx = ToolContext(repo, sandbox="off")
+    r = call_tool("write_file", {"path": path, "content": "[core]\n\tfsmonitor = touch pwned\n"}, ctx)
+    assert not r.ok and "git folder" in r.output, r.output
+    assert (repo / "store" / "config").read_bytes() == before
+    assert not (repo / "pending").exists()
+    r = call_tool("edit_file", {"path": path, "edits": [{"old": "[core]", "new": "[x]"}]}, ctx)
+    assert not r.ok
+    assert call_tool("write_file", {"path": "store.txt", "content": "fine\n"}, ctx).ok

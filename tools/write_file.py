@@ -5,7 +5,9 @@ umask), not the 0o600 of the temp file. The folders are opened one by one from t
 without following symlinks (missing ones are created that way too), and every later step
 goes through the last handle; after the temp file is created there, the folder actually held
 is checked again (inside the repo, not its .git). A parent swapped for a symlink between the
-path check and the write therefore cannot redirect the write.
+path check and the write therefore cannot redirect the write. Before any folder is made, the
+path is checked as a write (tools/_paths.check_resolved with `write`: not in the git folder
+of a nested repository either).
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ def atomic_write(full: Path, content: str, root: Path) -> None:
     """Write through a temp file in the same folder and rename over `full`; keeps the mode.
     PathError when the folder is found outside `root` (or in .git) once the temp file exists."""
     root = root.resolve()
+    check_resolved(root, full, full.name, write=True)  # before any folder is made
     dfd = _open_folder(root, full.parent)
     try:
         try:

@@ -12,21 +12,27 @@ check, the conversation runs, in order:
   message asks for stubs (nothing runs);
 - `lint`: the configured `lint_cmd`, with the edited files appended;
 - `test`: the configured `test_cmd`, or the one a message implies (core/testcmd.py).
-The last two run through the `run_shell` tool (the sandbox and its time limit apply). The
-first failing check stops the round; its output goes back to the model as a user message,
-at most `max_fix_rounds` times per message (0 turns the loop off). `lint_cmd` and `test_cmd`
-may not come from a repository's own config (they run commands). Nothing here renders.
+`ruff` and the last two run through the `run_shell` tool (the sandbox and its time limit
+apply). What the checks read themselves (the files, the lines a report names, the files
+attached to a names failure) is read through tools/_paths.read_inside: regular files inside
+the repository only, no symlink followed, so a link a command planted (`x.py ->
+~/.ssh/id_rsa`) is neither checked nor quoted. The first failing check stops the round;
+its output goes back to the model as a user message, at most `max_fix_rounds` times per
+message (0 turns the loop off). `lint_cmd` and `test_cmd` may not come from a repository's
+own config (they run commands). Nothing here renders.
 """
 
 from __future__ import annotations
 
 import re
+import shlex
 import shutil
-import subprocess
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from tools._paths import PathError, is_regular_inside, read_inside
 
 RUFF_RULES = "E9,F63,F7,F82"  # syntax errors, bad comparisons, misplaced statements, undefined names
 MAX_FEEDBACK_CHARS = 3000
@@ -48,7 +54,9 @@ class Outcome:
 
 
 def python_files(paths: list[str], root: Path) -> list[str]:
-    return [p for p in dict.fromkeys(paths) if p.endswith(".py") and (root / p).is_file()]
+    """The `.py` files of `paths` that are regular files inside `root` reached without a
+    symlink (a symlink is not checked: what it points to is, when it was edited)."""
+    return [p for p in dict.fromkeys(paths) if p.endswith(".py") and is_regular_inside(root, p)]
 
 
 def syntax(paths: list[str], root: Path) -> Outcome:
@@ -57,18 +65,26 @@ def syntax(paths: list[str], root: Path) -> Outcome:
 
     for p in paths:
         try:
-            source = (root / p).read_text(encoding="utf-8")
+            source = read_inside(root, p)
+        except (PathError, OSError) as e:
+            return Outcome("syntax", f"python -m py_compile {p}", False, f"{p}: {e}")
+        try:
             compile(source, p, "exec", dont_inherit=True)
         except (SyntaxError, ValueError) as e:
             text = "".join(traceback.format_exception_only(type(e), e)).rstrip()
             return Outcome("syntax", f"python -m py_compile {p}", False, text)
-        except (OSError, UnicodeDecodeError) as e:
-            return Outcome("syntax", f"python -m py_compile {p}", False, f"{p}: {e}")
     return Outcome("syntax", "python -m py_compile " + " ".join(paths), True, "")
 
 
-def ruff(paths: list[str], root: Path, timeout_s: float = 30.0) -> Outcome | None:
-    """`ruff check` on the files with the fatal rules only; None when ruff is not installed."""
+def ruff(paths: list[str], root: Path, timeout_s: float = 30.0, ctx: Any = None) -> Outcome | None:
+    """`ruff check` on the files with the fatal rules only, run as `run_shell` runs a command
+    (`ctx`'s sandbox; by default the sandbox, without the network); None when ruff is not
+    installed."""
+    from dataclasses import replace as _replace
+
+    from tools import ToolContext
+    from tools.run_shell import run_shell
+
     beside = Path(sys.executable).parent / "ruff"  # installed in this interpreter's venv
     exe = shutil.which("ruff") or (str(beside) if beside.is_file() else None)
     if exe is None:
@@ -76,13 +92,14 @@ def ruff(paths: list[str], root: Path, timeout_s: float = 30.0) -> Outcome | Non
     argv = [exe, "check", "--no-cache", "--isolated", "--select", RUFF_RULES,
             "--output-format", "concise", "--quiet", "--", *paths]
     shown = "ruff check --select " + RUFF_RULES + " " + " ".join(paths)
-    try:
-        p = subprocess.run(argv, cwd=root, capture_output=True, text=True, timeout=timeout_s,
-                           stdin=subprocess.DEVNULL)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return Outcome("ruff", shown, True, f"ruff did not run: {e}")  # not the code's fault
-    out = (p.stdout + p.stderr).strip()
-    return Outcome("ruff", shown, p.returncode == 0, out)
+    ctx = _replace(ctx if ctx is not None else ToolContext(root), root=root,
+                   shell_timeout_s=timeout_s, allow_network=False)
+    r = run_shell(ctx, shlex.join(argv) + " </dev/null")
+    head, _, out = r.output.partition("\n")
+    if not head.startswith("exit code ") or head in ("exit code 126", "exit code 127"):
+        # no sandbox, a time limit, not found in the sandbox: not the code's fault
+        return Outcome("ruff", shown, True, f"ruff did not run: {r.output.strip()[:300]}")
+    return Outcome("ruff", shown, r.ok, out.strip())
 
 
 def names(paths: list[str], root: Path) -> Outcome:
@@ -167,8 +184,8 @@ def stubs(paths: list[str], root: Path, message: str = "") -> Outcome:
     lines = []
     for p in paths:
         try:
-            tree = ast.parse((root / p).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, SyntaxError, ValueError):
+            tree = ast.parse(read_inside(root, p))
+        except (OSError, SyntaxError, ValueError, RecursionError):  # (PathError too)
             continue
         fns = _functions(tree)
         empty = [(q, fn) for q, fn in fns if _placeholder(fn)]
@@ -212,7 +229,7 @@ def run_checks(cfg: Any, edited: list[str], ctx: Any, message: str = "",
         yield out
         if not out.ok:
             return
-        out = ruff(py, root)
+        out = ruff(py, root, ctx=ctx)
         if out is not None:
             if not out.ok:
                 gone = names(py, root)
@@ -239,8 +256,6 @@ def run_checks(cfg: Any, edited: list[str], ctx: Any, message: str = "",
 
 
 def _quote(path: str) -> str:
-    import shlex
-
     return shlex.quote(path)
 
 
@@ -296,13 +311,14 @@ def clipped(output: str) -> str:
 
 
 def importer_texts(out: Outcome, ctx: Any) -> dict[str, str]:
-    """The text of each file that imports what a failed check says the edit removed, as a
-    message attaches it (agent/core/attach.py): only files git lists (an ignored or excluded
-    file, such as tests kept out of the agent's view, is never shown), at most
-    `MAX_IMPORTERS` files and `MAX_IMPORTER_CHARS` characters in all."""
+    """The text of each file that imports what a failed check says the edit removed: only
+    files git lists (an ignored or excluded file, such as tests kept out of the agent's view,
+    is never shown; agent/core/attach.py), read through `read_inside` (no symlink, nothing
+    but a regular file), never a binary one, at most `MAX_IMPORTERS` files and
+    `MAX_IMPORTER_CHARS` characters in all."""
     if out.ok or not out.importers:
         return {}
-    from .attach import attachment, repo_files
+    from .attach import repo_files
 
     listed = set(repo_files(ctx))
     texts: dict[str, str] = {}
@@ -310,8 +326,11 @@ def importer_texts(out: Outcome, ctx: Any) -> dict[str, str]:
     for path in out.importers:
         if path not in listed or len(texts) >= MAX_IMPORTERS:
             continue
-        text = attachment(Path(ctx.root), path)
-        if text is None or total + len(text) > MAX_IMPORTER_CHARS:
+        try:
+            text = read_inside(Path(ctx.root), path, MAX_IMPORTER_CHARS * 4)
+        except (PathError, OSError):
+            continue
+        if "\x00" in text or total + len(text) > MAX_IMPORTER_CHARS:
             continue
         texts[path] = text
         total += len(text)
@@ -331,8 +350,8 @@ def _named_lines(report: str, root: Path) -> str:
         if key in seen or len(seen) >= MAX_NAMED_LINES:
             continue
         try:
-            text = (root / path).read_text(encoding="utf-8").split("\n")
-        except (OSError, UnicodeDecodeError, ValueError):
+            text = read_inside(root, path).split("\n")
+        except (OSError, ValueError):  # (PathError too: outside, a symlink, not a file)
             continue
         if 1 <= key[1] <= len(text):
             seen[key] = f"{path}:{key[1]}: {text[key[1] - 1].rstrip()}"

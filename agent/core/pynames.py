@@ -11,7 +11,8 @@ Resolution is by file: an absolute import resolves against the repository root a
 the importer's own folder (a script's folder is on `sys.path`); a relative one against the
 importer's package. A module whose names cannot be known statically (a `from x import *`, a
 module-level `__getattr__`) is never reported. The walk skips hidden folders, virtual
-environments and caches, and stops at `MAX_FILES` files.
+environments and caches, and stops at `MAX_FILES` files. Files are read through
+tools/_paths.read_inside (regular files inside the root, no symlink followed).
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ import ast
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from tools._paths import PathError, read_inside
 
 MAX_FILES = 2000
 MAX_BYTES = 512 * 1024
@@ -32,17 +35,16 @@ class Missing:
     names: tuple[str, ...]  # what it takes from the module that the module does not define
 
 
-def _parse(path: Path, needs: tuple[str, ...] = ()) -> ast.Module | None:
-    """The file's syntax tree; None when it is too big, unreadable or broken, or (with
-    `needs`) when its text contains none of those strings (so it cannot import the module)."""
+def _parse(root: Path, path: Path, needs: tuple[str, ...] = ()) -> ast.Module | None:
+    """The syntax tree of `path` (inside `root`); None when it is too big, unreadable, not a
+    regular file or broken, or (with `needs`) when its text contains none of those strings
+    (so it cannot import the module)."""
     try:
-        if path.stat().st_size > MAX_BYTES:
-            return None
-        text = path.read_text(encoding="utf-8")
+        text = read_inside(root, path.relative_to(root).as_posix(), MAX_BYTES)
         if needs and not any(n in text for n in needs):
             return None
         return ast.parse(text)
-    except (OSError, UnicodeDecodeError, SyntaxError, ValueError, RecursionError):
+    except (OSError, PathError, SyntaxError, ValueError, RecursionError):
         return None
 
 
@@ -156,7 +158,7 @@ def missing_names(root: Path, rel: str) -> list[Missing]:
     that its current text does not define. [] when none do, or when it cannot be known."""
     root = root.resolve()
     target = (root / rel).resolve()
-    tree = _parse(target)
+    tree = _parse(root, target)
     if tree is None:
         return []
     have = defined_names(tree)
@@ -169,7 +171,7 @@ def missing_names(root: Path, rel: str) -> list[Missing]:
     for path in _python_files(root):
         if path.resolve() == target:
             continue
-        other = _parse(path, needs)
+        other = _parse(root, path, needs)
         if other is None:
             continue
         gone = [n for n in _taken(other, path.resolve(), root, target) if n not in have
