@@ -14,16 +14,17 @@ message runs. The exit code is the last message's (agent/exit_codes.py).
 
 from __future__ import annotations
 
-import json
 import queue
 import sys
 import threading
 from typing import IO, Any, Iterator
 
 from .config import Config, ConfigError
+from .engine.bounded import InputError, loads_json
 from .exit_codes import for_stop_reason
 
 EXIT_USAGE = 2
+MAX_LINE = 16 << 20  # characters of one stream-json input line
 
 
 class _LockedOut:
@@ -72,8 +73,13 @@ class StreamInput:
         threading.Thread(target=self._read, name="stream-json-input", daemon=True).start()
 
     def _read(self) -> None:
+        """Every line into `_line`; always ends with one "eof" or "error" in the inbox (the
+        main thread waits on it), whatever the input does."""
         try:
-            for n, line in enumerate(self.stdin, 1):
+            for n, line in enumerate(iter(lambda: self.stdin.readline(MAX_LINE + 1), ""), 1):
+                if len(line) > MAX_LINE:
+                    self.inbox.put(("error", f"stdin line {n}: longer than {MAX_LINE} characters"))
+                    return
                 if not line.strip():
                     continue
                 problem = self._line(n, line)
@@ -81,16 +87,19 @@ class StreamInput:
                     self.inbox.put(("error", f"stdin line {n}: {problem}"))
                     return
         except (OSError, UnicodeDecodeError, ValueError) as e:
-            self.inbox.put(("error", f"cannot read stdin: {e}"))
+            self.inbox.put(("error", f"cannot read stdin: {' '.join(str(e).split())}"))
+            return
+        except Exception as e:  # noqa: BLE001 - a dead reader would leave the run waiting forever
+            self.inbox.put(("error", f"cannot read stdin: {type(e).__name__}"))
             return
         self.inbox.put(("eof", None))
 
     def _line(self, n: int, line: str) -> str:
         """Handle one line; '' or what is wrong with it."""
         try:
-            obj = json.loads(line)
-        except ValueError:
-            return "not JSON"
+            obj = loads_json(line, f"stdin line {n}", max_bytes=4 * MAX_LINE)
+        except InputError as e:
+            return e.why
         kind = obj.get("type") if isinstance(obj, dict) else None
         if kind == "user":
             try:

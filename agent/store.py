@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -20,6 +21,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
+
+from .safe_input import loads
 
 Log = Callable[[str], None]
 
@@ -137,6 +140,7 @@ EMBEDDED = {DEFAULT_MODEL.name: DEFAULT_MODEL}
 KNOWN: dict[str, StoreModel] = {m.name: m for m in (DEFAULT_MODEL, QWEN_CODER_05B, QWEN_CODER_15B)}
 PULL_HINT = "spec-agent models pull"
 _SLACK = 64 << 20  # free space kept beyond what a pull needs
+_MAX_MANIFEST = 16 << 20  # a converted-weights manifest (engine/convert_cache.py)
 
 
 class StoreError(Exception):
@@ -355,11 +359,25 @@ def converted_for(sha256: str) -> list[Path]:
     if root.is_dir():
         for manifest in root.glob("*/manifest.json"):
             try:
-                if json.loads(manifest.read_text()).get("source_sha256") == sha256:
-                    found.append(manifest.parent)
+                meta = _read_manifest(manifest)
             except (OSError, ValueError):
                 continue
+            if isinstance(meta, dict) and meta.get("source_sha256") == sha256:
+                found.append(manifest.parent)
     return found
+
+
+def _read_manifest(path: Path) -> object:
+    """A cache manifest's JSON: a regular file (no FIFO, device or symlink: opened without
+    blocking or following) of bounded size and nesting. The store may not import the engine;
+    agent/engine/bounded.py reads the same way, and convert_cache.py checks each entry in
+    full before it is used."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > _MAX_MANIFEST:
+            raise ValueError(f"{path}: not a regular file of at most {_MAX_MANIFEST} bytes")
+        return loads(f.read(_MAX_MANIFEST))
 
 
 def _size(path: Path) -> int:

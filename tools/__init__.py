@@ -1,10 +1,10 @@
 """The agent's tools, registered in one place: name → `Tool` (schema, function, kind).
 
-`call_tool(name, arguments, ctx)` validates the arguments against the tool's JSON Schema and
-runs it under a wall-clock limit; every expected failure comes back as a `ToolResult` with
-`ok=False`, never raised. Past the limit the call is reported as failed and left to finish in
-a daemon thread (Python cannot kill a thread; the tools that can hang, shell and grep, kill
-their own child processes well within it).
+`call_tool(name, arguments, ctx)` validates the arguments against the tool's JSON Schema
+(bounded in time and size: tools/_schema.py) and runs it under a wall-clock limit; every
+expected failure comes back as a `ToolResult` with `ok=False`, never raised. Past the limit
+the call is reported as failed and left to finish in a daemon thread (Python cannot kill a
+thread; the tools that can hang, shell and grep, kill their own child processes well within it).
 Approvals and git bookkeeping are the agent loop's business, not this package's.
 """
 
@@ -17,7 +17,14 @@ from ._base import MAX_OUTPUT_CHARS, Tool, ToolContext, ToolResult
 from . import edit_file, git_diff, git_status, grep, list_files, read_file, run_shell, write_file
 
 __all__ = ["TOOLS", "Tool", "ToolContext", "ToolResult", "call_tool", "validate", "MAX_OUTPUT_CHARS",
-           "register", "unregister"]
+           "register", "unregister", "schema_problem"]
+
+
+def schema_problem(schema: Any) -> str:
+    """'' when arguments can be checked against `schema` within the bounds, else why not."""
+    from ._schema import schema_problem as problem  # jsonschema loads on first use
+
+    return problem(schema)
 
 
 def _tool(module, kind: str = "read", paths: tuple[str, ...] = ()) -> Tool:
@@ -44,9 +51,13 @@ BUILTIN = frozenset(TOOLS)
 
 
 def register(tool: Tool) -> None:
-    """Add a tool from outside this package (an MCP server's) for the rest of the process."""
+    """Add a tool from outside this package (an MCP server's) for the rest of the process;
+    ValueError for a built-in name or a schema that cannot be checked within the bounds."""
     if tool.name in BUILTIN:
         raise ValueError(f"'{tool.name}' is a built-in tool")
+    problem = schema_problem(tool.schema)
+    if problem:
+        raise ValueError(f"'{tool.name}': {problem}")
     TOOLS[tool.name] = tool
 
 
@@ -56,19 +67,21 @@ def unregister(name: str) -> None:
 
 
 def validate(name: str, arguments: Any) -> str:
-    """'' when `arguments` fit tool `name`'s schema, else an error text for the model."""
-    import jsonschema
-
+    """'' when `arguments` fit tool `name`'s schema, else an error text for the model. Bounded
+    in time and size (tools/_schema.py): a hostile schema or argument is an error, not a hang."""
     tool = TOOLS.get(name)
     if tool is None:
         return f"unknown tool '{name}'; available: {', '.join(TOOLS)}"
     if not isinstance(arguments, dict):
         return f"arguments for {name} must be a JSON object"
-    try:
-        jsonschema.validate(arguments, tool.schema)
-    except jsonschema.ValidationError as e:
-        where = "/".join(str(p) for p in e.absolute_path) or "arguments"
-        return f"invalid arguments for {name} at {where}: {e.message}"
+    problem = schema_problem(tool.schema)
+    if problem:
+        return f"{name} cannot be called: {problem}"
+    from ._schema import check
+
+    message, where = check(arguments, tool.schema)
+    if message:
+        return f"invalid arguments for {name} at {where}: {message}"
     return ""
 
 

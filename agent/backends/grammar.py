@@ -127,19 +127,21 @@ def candidate_files(ctx: Any, prefer: Sequence[str] = ()) -> tuple[dict[str, str
     from tools.read_file import read_text
     from tools._paths import PathError, confine
 
+    from ..engine.bounded import InputError, read_bytes
+
     names = repo_files(ctx)
     order = [p for p in prefer if p in set(names)] + [n for n in names if n not in set(prefer)]
     files: dict[str, str] = {}
     total, complete = 0, True
     for name in dict.fromkeys(order):
         try:
-            full = confine(ctx.root, name)
-            if full.stat().st_size > MAX_FILE_CHARS:
-                complete = False
-                continue
-            text = read_text(full.read_bytes())
+            data = read_bytes(confine(ctx.root, name), MAX_FILE_CHARS, follow=False)
+        except InputError:  # too large, or a FIFO, device or link: never read here
+            complete = False
+            continue
         except (PathError, OSError):
             continue
+        text = read_text(data)
         if text is None or not text:
             continue
         if total + len(text) > MAX_TOTAL_CHARS:

@@ -34,6 +34,7 @@ from typing import Any
 from tools import procs
 
 from ..extensions import HookSpec
+from ..safe_input import loads
 
 MAX_HOOK_OUTPUT = 4000  # characters of a hook's reason or context kept
 
@@ -101,7 +102,7 @@ class HookRunner:
 
     def _json(self, label: str, text: str, out: HookOutcome) -> None:
         try:
-            obj = json.loads(text)
+            obj = loads(text)  # nesting capped: a RecursionError would escape
         except json.JSONDecodeError as e:
             out.notes.append(f"{label} wrote JSON that does not parse ({e.msg}); ignored")
             return

@@ -22,6 +22,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from .bounded import InputError, read_json
+
 _REEXEC_FLAG = "SPEC_AGENT_BLAS_REEXEC"
 _MAX_REL_ERROR = 1e-4
 
@@ -166,8 +168,8 @@ def verified_coretype(lib: str, verdicts: Path | None = None) -> str | None:
     key = f"{name}|{coretype}|{os.path.realpath(lib)}"
     path = verdicts
     try:
-        seen = json.loads(path.read_text()) if path else {}
-    except (OSError, ValueError):
+        seen = read_json(path, 1 << 20, follow=False) if path else {}  # a cache: bounded, no FIFO
+    except (OSError, InputError):
         seen = {}
     if not isinstance(seen, dict) or not isinstance(seen.get(key, {}), dict):
         seen = {}  # not ours: start again

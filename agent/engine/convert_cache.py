@@ -6,12 +6,15 @@ One folder per (source file sha256, weight format) under a root the caller hands
 ids and the tokenizer's special tokens and chat template. Folders appear atomically (built
 under a temporary name, then renamed). The source's sha256 is remembered by path, size and
 mtime, so a warm load does not hash the GGUF file again. Nothing here knows GGUF itself.
+Every file is read through agent/engine/bounded.py (regular files only, no symlinks, size and
+nesting caps); an entry that fails a check is deleted with one warning and converted again.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -21,9 +24,23 @@ from typing import Any
 
 import mlx.core as mx
 
+from .bounded import InputError, open_regular, read_bytes, read_json
+
+log = logging.getLogger(__name__)
 
 VERSION = 1
 _SOURCES = "sources.json"
+_MAX_MANIFEST = 16 << 20  # a chat template and a few hundred layers' quantization
+_MAX_TOKENIZER = 64 << 20
+
+
+def _memo(path: Path) -> dict[str, Any]:
+    """The sha256 memo; an unreadable one is started again (it only saves time)."""
+    try:
+        memo = read_json(path, follow=False)
+    except (FileNotFoundError, InputError):
+        return {}
+    return memo if isinstance(memo, dict) else {}
 
 
 def source_sha256(path: Path, root: Path) -> str:
@@ -31,14 +48,12 @@ def source_sha256(path: Path, root: Path) -> str:
     path = path.resolve()
     st = path.stat()
     memo_path = root / _SOURCES
-    try:
-        memo = json.loads(memo_path.read_text())
-    except (OSError, ValueError):
-        memo = {}
+    memo = _memo(memo_path)
     hit = memo.get(str(path))
-    if hit and hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns:
+    if (isinstance(hit, dict) and hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns
+            and isinstance(hit.get("sha256"), str) and len(hit["sha256"]) == 64):
         return hit["sha256"]
-    with open(path, "rb") as f:
+    with open_regular(path) as f:
         digest = hashlib.file_digest(f, "sha256").hexdigest()
     memo[str(path)] = {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": digest}
     try:
@@ -56,15 +71,56 @@ def folder_for(root: Path, sha256: str, fmt: str) -> Path:
 
 
 def lookup(root: Path, sha256: str, fmt: str) -> tuple[Path, dict[str, Any]] | None:
-    """(folder, manifest) of a complete cached conversion under `root`, or None."""
+    """(folder, manifest) of a complete cached conversion under `root`, or None; a damaged
+    entry is deleted with a warning (the caller converts again)."""
     folder = folder_for(root, sha256, fmt)
     try:
-        manifest = json.loads((folder / "manifest.json").read_text())
-    except (OSError, ValueError):
+        manifest = read_json(folder / "manifest.json", _MAX_MANIFEST, follow=False)
+        why = _manifest_problem(manifest, sha256)
+    except FileNotFoundError:
         return None
-    if manifest.get("source_sha256") != sha256 or not (folder / "model.safetensors").is_file():
+    except InputError as e:
+        why = str(e)
+    if not why and not (folder / "model.safetensors").is_file():
+        why = "model.safetensors is missing"
+    if why:
+        discard(folder, why)
         return None
     return folder, manifest
+
+
+def _manifest_problem(m: Any, sha256: str) -> str:
+    """'' when `m` has every field a cached load reads, of the right type."""
+    if not isinstance(m, dict):
+        return "manifest.json is not an object"
+    quant = m.get("quantization", {})
+    checks = {
+        "source_sha256": m.get("source_sha256") == sha256,
+        "args": isinstance(m.get("args"), dict),
+        "quantization": isinstance(quant, dict) and all(
+            isinstance(v, list) and len(v) == 2 and all(type(x) is int and 0 < x <= 1024 for x in v)
+            for v in quant.values()),
+        "stop_ids": isinstance(m.get("stop_ids"), list)
+        and all(type(i) is int and i >= 0 for i in m["stop_ids"]),
+        "special_tokens": isinstance(m.get("special_tokens", {}), dict)
+        and all(isinstance(v, str) for v in m.get("special_tokens", {}).values()),
+        "chat_template": isinstance(m.get("chat_template"), (str, type(None))),
+    }
+    bad = [k for k, ok in checks.items() if not ok]
+    return f"manifest.json has a bad {', '.join(bad)}" if bad else ""
+
+
+def discard(folder: Path, why: str) -> None:
+    """Delete a damaged entry (one warning); the next load converts again."""
+    log.warning("converted-weights cache: ignored and deleted %s (%s)", folder,
+                why.replace(f"{folder}{os.sep}", ""))
+    try:
+        if folder.is_symlink() or not folder.is_dir():
+            folder.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(folder)
+    except OSError:
+        pass
 
 
 def save(root: Path, sha256: str, fmt: str, weights: dict[str, mx.array], tokenizer: Any,
@@ -98,7 +154,11 @@ def load_tokenizer(folder: Path, manifest: dict[str, Any]):
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
-    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    data = read_bytes(folder / "tokenizer.json", _MAX_TOKENIZER, follow=False)
+    try:
+        tok = Tokenizer.from_str(data.decode("utf-8"))
+    except Exception as e:  # noqa: BLE001 - tokenizers raises plain Exception (bad UTF-8 too)
+        raise InputError(f"{folder / 'tokenizer.json'}: unusable ({str(e).splitlines()[0][:160]})") from None
     special = manifest.get("special_tokens", {})
     return PreTrainedTokenizerFast(
         tokenizer_object=tok, chat_template=manifest.get("chat_template"),

@@ -25,10 +25,11 @@ import mlx.nn as nn
 import numpy as np
 
 from . import convert_cache
+from .bounded import InputError, open_regular
 from .errors import ModelLoadError
 from .gguf_arch import args_dict, map_name, model_class
 from .gguf_header import GGUFHeader, TensorInfo, mlx_readable, read_header
-from .gguf_tokenizer import build_tokenizer, stop_ids
+from .gguf_tokenizer import build_tokenizer, special_tokens, stop_ids
 
 log = logging.getLogger(__name__)
 _SUFFIXES = ("weight", "scales", "biases")
@@ -44,11 +45,46 @@ class GGUFModel:
     load_s: float
 
 
-def _special_tokens(meta: dict[str, Any]) -> dict[str, str]:
-    tokens = meta["tokenizer.ggml.tokens"]
-    keys = {"bos_token": "bos", "eos_token": "eos", "unk_token": "unknown", "pad_token": "padding"}
-    return {k: tokens[int(meta[f"tokenizer.ggml.{v}_token_id"])] for k, v in keys.items()
-            if f"tokenizer.ggml.{v}_token_id" in meta}
+# ---- hyper-parameters, checked before any allocation ----------------------------------------
+
+_ARG_CAPS = {"hidden_size": 1 << 16, "num_hidden_layers": 1 << 10, "intermediate_size": 1 << 18,
+             "num_attention_heads": 1 << 10, "num_key_value_heads": 1 << 10,
+             "vocab_size": 1 << 22, "max_position_embeddings": 1 << 24, "head_dim": 1 << 12}
+
+
+def check_args(args: Any, what: str) -> None:
+    """ModelLoadError unless `args` (an `args_dict`, from a file or a cache manifest) has
+    whole numbers within caps and positive finite floats: the model is built from them."""
+    if not isinstance(args, dict) or not isinstance(args.get("model_type"), str):
+        raise ModelLoadError(f"{what}: model arguments are missing or not an object")
+    for key, cap in _ARG_CAPS.items():
+        v = args.get(key, 1)
+        if type(v) is not int or not 0 < v <= cap:
+            raise ModelLoadError(f"{what}: model argument {key} = {v!r} is out of range (1..{cap})")
+    for key in ("rms_norm_eps", "rope_theta"):
+        v = args.get(key, 1.0)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < float("inf"):
+            raise ModelLoadError(f"{what}: model argument {key} = {v!r} is out of range")
+
+
+def model_args(header: GGUFHeader) -> dict[str, Any]:
+    """The file's `args_dict`, checked: values of the right type and range, and a layer count
+    and embedding that the tensor table has (so the model built is as large as the file)."""
+    names = {t.name for t in header.tensors}
+    try:
+        args = args_dict(header.metadata, names)
+    except (TypeError, ValueError, OverflowError) as e:  # e.g. a string or array where a number goes
+        raise ModelLoadError(f"{header.path}: GGUF metadata has a value of the wrong type ({e})") from None
+    check_args(args, str(header.path))
+    layers = {n.split(".")[1] for n in names if n.startswith("blk.") and n.count(".") >= 2}
+    if len(layers) != args["num_hidden_layers"]:
+        raise ModelLoadError(f"{header.path}: GGUF metadata says {args['num_hidden_layers']} layers, "
+                             f"its tensors have {len(layers)}")
+    embed = next((t.shape for t in header.tensors if t.name == "token_embd.weight"), None)
+    if embed is not None and tuple(embed) != (args["vocab_size"], args["hidden_size"]):
+        raise ModelLoadError(f"{header.path}: token embedding {tuple(embed)} does not match the "
+                             f"metadata (vocab {args['vocab_size']}, width {args['hidden_size']})")
+    return args
 
 
 # ---- the gguf-package reader ----------------------------------------------------------------
@@ -102,7 +138,7 @@ def _apply_quantization(model: nn.Module, plan: dict[str, list[int]]) -> None:
 
 def _convert(header: GGUFHeader, dequantize: bool) -> tuple[nn.Module, dict[str, Any], dict]:
     """Dequantize every tensor with the gguf package into a fresh model."""
-    args = args_dict(header.metadata, {t.name for t in header.tensors})
+    args = model_args(header)
     cls, margs = model_class(args)
     model = cls(margs)
     data = np.memmap(header.path, dtype=np.uint8, mode="r")
@@ -122,12 +158,35 @@ def _convert(header: GGUFHeader, dequantize: bool) -> tuple[nn.Module, dict[str,
 
 
 def _load_converted(folder: Path, manifest: dict[str, Any]) -> nn.Module:
+    check_args(manifest["args"], str(folder / "manifest.json"))
     cls, margs = model_class(manifest["args"])
     model = cls(margs)
     _apply_quantization(model, manifest.get("quantization", {}))
+    with open_regular(folder / "model.safetensors", follow=False):
+        pass  # a regular file, not a FIFO or a link: mx.load opens it by name
     model.load_weights(str(folder / "model.safetensors"), strict=True)
     mx.eval(model.parameters())
     return model
+
+
+# What a damaged cache entry raises while loading: MLX's reader (RuntimeError, a
+# UnicodeDecodeError on a bad header), shapes that do not match, our own checks.
+_CACHE_ERRORS = (InputError, ModelLoadError, RuntimeError, ValueError, TypeError, KeyError, OSError)
+
+
+def _load_cached(cache: Path, sha: str, fmt: str, t0: float) -> GGUFModel | None:
+    """The cached conversion, or None when there is none or it is damaged (then deleted)."""
+    hit = convert_cache.lookup(cache, sha, fmt)
+    if hit is None:
+        return None
+    folder, manifest = hit
+    try:
+        model = _load_converted(folder, manifest)
+        tok = convert_cache.load_tokenizer(folder, manifest)
+    except _CACHE_ERRORS as e:
+        convert_cache.discard(folder, " ".join(str(e).split())[:200] or type(e).__name__)
+        return None
+    return GGUFModel(model, tok, manifest["stop_ids"], "cache", time.perf_counter() - t0)
 
 
 def _load_via_gguf(header: GGUFHeader, dequantize: bool, cache: Path | None, sha256: str) -> GGUFModel:
@@ -136,19 +195,16 @@ def _load_via_gguf(header: GGUFHeader, dequantize: bool, cache: Path | None, sha
     t0 = time.perf_counter()
     fmt = "f32" if dequantize else f"affine-g{_GROUP}"
     sha = (sha256 or convert_cache.source_sha256(header.path, cache)) if cache else ""
-    hit = convert_cache.lookup(cache, sha, fmt) if cache else None
-    if hit is not None:
-        folder, manifest = hit
-        model = _load_converted(folder, manifest)
-        tok = convert_cache.load_tokenizer(folder, manifest)
-        return GGUFModel(model, tok, manifest["stop_ids"], "cache", time.perf_counter() - t0)
+    cached = _load_cached(cache, sha, fmt, t0) if cache else None
+    if cached is not None:
+        return cached
     meta = header.metadata
     tok = build_tokenizer(meta)
     model, args, plan = _convert(header, dequantize)
     stops = stop_ids(meta)
     if cache:
         manifest = {"source_name": header.path.name, "args": args, "quantization": plan,
-                    "stop_ids": stops, "special_tokens": _special_tokens(meta),
+                    "stop_ids": stops, "special_tokens": special_tokens(meta),
                     "chat_template": meta.get("tokenizer.chat_template")}
         where = convert_cache.save(cache, sha, fmt, dict(tree_flatten(model.parameters())), tok, manifest)
         log.info("converted %s in %.1f s; cached at %s", header.path.name,
@@ -208,7 +264,7 @@ def _load_native(header: GGUFHeader, dequantize: bool) -> GGUFModel:
         weights = mx.load(str(header.path))
     except (RuntimeError, ValueError, OSError) as e:
         raise ModelLoadError(f"cannot read GGUF file {header.path}: {e}") from e
-    args = args_dict(header.metadata, {t.name for t in header.tensors})
+    args = model_args(header)
     tok = build_tokenizer(header.metadata)
     model = build_native(weights, args, dequantize)
     return GGUFModel(model, tok, stop_ids(header.metadata), "mlx", time.perf_counter() - t0)
@@ -220,7 +276,7 @@ def load_gguf(path: Path, dequantize: bool, cache: Path | None = None, sha256: s
     `cache`: a folder to keep and reuse converted weights in (gguf-package reader only);
     `sha256`: the file's digest when known (else hashed once and memoised there)."""
     header = read_header(path)
-    args_dict(header.metadata, set())  # refuse unsupported architectures before any work
+    model_args(header)  # refuse unsupported architectures and bad values before any work
     native = mlx_readable(header)
     if reader == "mlx" or (reader == "auto" and native):
         if not native:

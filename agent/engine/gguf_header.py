@@ -9,13 +9,15 @@ as numpy arrays, string arrays as lists) and the tensor table, so bad input beco
 
 from __future__ import annotations
 
-import struct
+import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from .bounded import Cursor, InputError, open_regular
 from .errors import ModelLoadError
 
 _SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
@@ -51,59 +53,77 @@ def _block_sizes() -> dict[int, tuple[int, int]]:
     return {int(t): v for t, v in GGML_QUANT_SIZES.items()}
 
 
-class _Reader:
+_MAX_TENSORS = 1 << 16  # far above any real model's tensor count
+_MAX_KEYS = 1 << 16
+_MAX_STRINGS = 1 << 21  # strings in arrays, all keys together: vocabularies and merges
+_MAX_ALIGNMENT = 1 << 16
+
+
+class _Reader(Cursor):
+    """GGUF values from a header; arrays of arrays are refused (llama.cpp reads none) and all
+    string arrays together hold at most _MAX_STRINGS strings, so memory follows the bytes."""
+
     def __init__(self, data: bytes, path: Path):
-        self.data, self.pos, self.path = data, 0, path
+        super().__init__(data, str(path))
+        self.strings = 0
 
-    def _need(self, n: int) -> None:
-        if self.pos + n > len(self.data):
-            raise ModelLoadError(f"{self.path}: GGUF header is truncated")
-
-    def take(self, fmt: str):
-        size = struct.calcsize("<" + fmt)
-        self._need(size)
-        (value,) = struct.unpack_from("<" + fmt, self.data, self.pos)
-        self.pos += size
-        return value
-
-    def count(self) -> int:
-        n = self.take("Q")
-        if n > _MAX_COUNT:
-            raise ModelLoadError(f"{self.path}: corrupt GGUF header (count {n})")
-        return n
-
-    def string(self) -> str:
-        n = self.count()
-        self._need(n)
-        raw = self.data[self.pos : self.pos + n]
-        self.pos += n
-        return raw.decode("utf-8", errors="replace")
+    def fail(self, why: str) -> InputError:
+        return super().fail(f"corrupt GGUF header, {why}")
 
     def value(self, vtype: int) -> Any:
         if vtype in _SCALARS:
             return self.take(_SCALARS[vtype])
         if vtype == _STRING:
-            return self.string()
-        if vtype == _ARRAY:
-            etype, n = self.take("I"), self.count()
-            if etype in _NP:  # one numpy view instead of n Python objects
-                dt = np.dtype(_NP[etype])
-                self._need(dt.itemsize * n)
-                arr = np.frombuffer(self.data, dtype=dt, count=n, offset=self.pos).copy()
-                self.pos += dt.itemsize * n
-                return arr
-            return [self.value(etype) for _ in range(n)]
-        raise ModelLoadError(f"{self.path}: corrupt GGUF metadata (value type {vtype})")
+            return self.string(self.left)
+        if vtype != _ARRAY:
+            raise self.fail(f"value type {vtype}")
+        etype = self.take("I")
+        if etype in _NP:  # one numpy array instead of n Python objects
+            dt = np.dtype(_NP[etype])
+            n = self.count(dt.itemsize, _MAX_COUNT, "array length")
+            return np.frombuffer(self.raw(dt.itemsize * n), dtype=dt).copy()
+        if etype == _ARRAY:
+            raise self.fail("an array of arrays (not read here, nor by llama.cpp)")
+        if etype != _STRING:
+            raise self.fail(f"array element type {etype}")
+        n = self.count(8, _MAX_COUNT, "array length")  # 8: a string's length field
+        self.strings += n
+        if self.strings > _MAX_STRINGS:
+            raise self.fail(f"more than {_MAX_STRINGS} strings in the metadata")
+        return [self.string(self.left) for _ in range(n)]
 
 
 def _read_head(path: Path) -> tuple[bytes, int]:
-    size = path.stat().st_size
-    with open(path, "rb") as f:
+    with open_regular(path) as f:  # a user's file: a symlink to it is fine, a FIFO is not
+        size = os.fstat(f.fileno()).st_size
         return f.read(min(size, 64 << 20)), size  # metadata (vocab included) fits in far less
+
+
+def _tensor(r: _Reader, sizes: dict[int, tuple[int, int]]) -> tuple:
+    """One tensor-table entry: (name, numpy-order shape, type, offset from data, bytes)."""
+    name, n_dims = r.string(1 << 16), r.take("I")
+    if n_dims > 8:
+        raise r.fail(f"tensor '{name}' has {n_dims} dims")
+    dims = [r.take("Q") for _ in range(n_dims)]
+    ttype, offset = r.take("I"), r.take("Q")
+    if ttype not in sizes:
+        raise r.fail(f"tensor '{name}' has unknown GGML type {ttype}")
+    per, nbytes = sizes[ttype]
+    elems = math.prod(dims)  # Python ints: no overflow
+    if dims and dims[0] % per:
+        raise r.fail(f"tensor '{name}' has a row of {dims[0]}, not whole blocks of {per}")
+    return name, tuple(reversed(dims)), ttype, offset, elems // per * nbytes
 
 
 def read_header(path: Path) -> GGUFHeader:
     """Parse `path`'s header; raise `ModelLoadError` unless it is a structurally sound GGUF."""
+    try:
+        return _parse(path)
+    except InputError as e:
+        raise ModelLoadError(str(e)) from None
+
+
+def _parse(path: Path) -> GGUFHeader:
     head, size = _read_head(path)
     r = _Reader(head, path)
     if size < 24 or head[:4] != b"GGUF":
@@ -112,29 +132,16 @@ def read_header(path: Path) -> GGUFHeader:
     version = r.take("I")
     if version not in (2, 3):
         raise ModelLoadError(f"{path}: unsupported GGUF version {version}")
-    n_tensors, n_kv = r.count(), r.count()
+    n_tensors, n_kv = r.count(24, _MAX_TENSORS, "tensor count"), r.count(13, _MAX_KEYS, "key count")
     meta: dict[str, Any] = {}
     for _ in range(n_kv):
-        key, vtype = r.string(), r.take("I")
+        key, vtype = r.string(1 << 16), r.take("I")
         meta[key] = r.value(vtype)
     alignment = meta.get("general.alignment", 32)
-    alignment = alignment if isinstance(alignment, int) and alignment > 0 else 32
+    if not isinstance(alignment, int) or not 0 < alignment <= _MAX_ALIGNMENT:
+        raise ModelLoadError(f"{path}: corrupt GGUF header (alignment {alignment!r})")
     sizes = _block_sizes()
-    raw = []
-    for _ in range(n_tensors):
-        name, n_dims = r.string(), r.take("I")
-        if n_dims > 8:
-            raise ModelLoadError(f"{path}: corrupt tensor '{name}' ({n_dims} dims)")
-        dims = [r.take("Q") for _ in range(n_dims)]
-        ttype, offset = r.take("I"), r.take("Q")
-        if ttype not in sizes:
-            raise ModelLoadError(f"{path}: tensor '{name}' has unknown GGML type {ttype}")
-        per, nbytes = sizes[ttype]
-        elems = int(np.prod(dims, dtype=np.int64)) if dims else 1
-        if dims and dims[0] % per:
-            raise ModelLoadError(f"{path}: corrupt tensor '{name}' (row of {dims[0]} is not "
-                                 f"whole blocks of {per})")
-        raw.append((name, tuple(reversed(dims)), ttype, offset, elems // per * nbytes))
+    raw = [_tensor(r, sizes) for _ in range(n_tensors)]
     data_start = -(-r.pos // alignment) * alignment
     tensors = [TensorInfo(n, s, t, data_start + o, b) for n, s, t, o, b in raw]
     end = max((t.offset + t.nbytes for t in tensors), default=data_start)

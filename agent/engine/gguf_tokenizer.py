@@ -16,7 +16,6 @@ from typing import Any
 import numpy as np
 
 from .errors import ModelLoadError
-from .gguf_arch import scalar
 
 _QWEN2 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
           r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
@@ -47,28 +46,27 @@ def build_tokenizer(meta: dict[str, Any]):
     from tokenizers import AddedToken, Tokenizer, decoders, models
     from transformers import PreTrainedTokenizerFast
 
-    kind = scalar(meta, "tokenizer.ggml.model", "")
+    kind = _text(meta, "tokenizer.ggml.model") or ""
     if kind != "gpt2":
         raise ModelLoadError(
             f"GGUF tokenizer type '{kind or 'missing'}' is not supported (byte-level BPE 'gpt2' only)"
         )
-    tokens: list[str] = list(meta["tokenizer.ggml.tokens"])
-    merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
+    tokens, merges, types = _vocabulary(meta)
     vocab = {t: i for i, t in enumerate(tokens)}
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    tok.pre_tokenizer = pre_tokenizer(scalar(meta, "tokenizer.ggml.pre", "default"))
+    try:
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    except Exception as e:  # noqa: BLE001 - tokenizers raises plain Exception for a bad merge list
+        raise ModelLoadError(f"GGUF tokenizer cannot be built: {str(e).splitlines()[0][:200]}") from None
+    tok.pre_tokenizer = pre_tokenizer(_text(meta, "tokenizer.ggml.pre") or "default")
     tok.decoder = decoders.ByteLevel()
-    types = meta.get("tokenizer.ggml.token_type")
     if types is not None:
-        types = np.asarray(types).tolist()
         tok.add_tokens([AddedToken(tokens[i], special=False, normalized=False)
                         for i, t in enumerate(types) if t == _USER_DEFINED])
         tok.add_special_tokens([AddedToken(tokens[i], special=True, normalized=False)
                                 for i, t in enumerate(types) if t == _CONTROL])
 
     def tok_at(key: str) -> str | None:
-        i = meta.get(key)
-        return tokens[int(scalar(meta, key))] if i is not None else None
+        return tokens[_token_id(meta, key, len(tokens))] if key in meta else None
 
     return PreTrainedTokenizerFast(
         tokenizer_object=tok,
@@ -76,13 +74,60 @@ def build_tokenizer(meta: dict[str, Any]):
         eos_token=tok_at("tokenizer.ggml.eos_token_id"),
         unk_token=tok_at("tokenizer.ggml.unknown_token_id"),
         pad_token=tok_at("tokenizer.ggml.padding_token_id"),
-        chat_template=meta.get("tokenizer.chat_template"),
+        chat_template=_text(meta, "tokenizer.chat_template"),
         clean_up_tokenization_spaces=False,
     )
+
+
+def special_tokens(meta: dict[str, Any]) -> dict[str, str]:
+    """{'bos_token': text, ...} for the special token ids the file names."""
+    tokens = _strings(meta, "tokenizer.ggml.tokens")
+    keys = {"bos_token": "bos", "eos_token": "eos", "unk_token": "unknown", "pad_token": "padding"}
+    return {k: tokens[_token_id(meta, f"tokenizer.ggml.{v}_token_id", len(tokens))]
+            for k, v in keys.items() if f"tokenizer.ggml.{v}_token_id" in meta}
+
+
+def _text(meta: dict[str, Any], key: str) -> str | None:
+    v = meta.get(key)
+    if v is not None and not isinstance(v, str):
+        raise ModelLoadError(f"GGUF metadata '{key}' is not a string")
+    return v
+
+
+def _strings(meta: dict[str, Any], key: str) -> list[str]:
+    v = meta.get(key, [])
+    if not isinstance(v, list) or not all(isinstance(s, str) for s in v):
+        raise ModelLoadError(f"GGUF metadata '{key}' is not an array of strings")
+    return v
+
+
+def _token_id(meta: dict[str, Any], key: str, n_tokens: int) -> int:
+    v = meta[key]
+    v = v.item() if isinstance(v, np.ndarray) and v.size == 1 else v
+    if isinstance(v, (bool, np.bool_)) or not isinstance(v, (int, np.integer)) or not 0 <= v < n_tokens:
+        raise ModelLoadError(f"GGUF metadata '{key}' = {v!r} is not a token id (0..{n_tokens - 1})")
+    return int(v)
+
+
+def _vocabulary(meta: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]], list[int] | None]:
+    """(tokens, merges, token types or None), each of the type and length it must have."""
+    tokens = _strings(meta, "tokenizer.ggml.tokens")
+    if not tokens:
+        raise ModelLoadError("GGUF metadata has no 'tokenizer.ggml.tokens'")
+    merges = [tuple(m.split(" ", 1)) for m in _strings(meta, "tokenizer.ggml.merges")]
+    if any(len(m) != 2 for m in merges):
+        raise ModelLoadError("GGUF metadata 'tokenizer.ggml.merges' has an entry without a space")
+    types = meta.get("tokenizer.ggml.token_type")
+    if types is None:
+        return tokens, merges, None
+    if not isinstance(types, np.ndarray) or types.dtype.kind not in "iu" or types.shape != (len(tokens),):
+        raise ModelLoadError("GGUF metadata 'tokenizer.ggml.token_type' is not one integer per token")
+    return tokens, merges, types.tolist()
 
 
 def stop_ids(meta: dict[str, Any]) -> list[int]:
     """Token ids that end a turn: EOS, and end-of-turn / end-of-message where the file has them."""
     keys = ("tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id",
             "tokenizer.ggml.eom_token_id")
-    return sorted({int(scalar(meta, k)) for k in keys if k in meta})
+    n = len(_strings(meta, "tokenizer.ggml.tokens"))
+    return sorted({_token_id(meta, k, n) for k in keys if k in meta})

@@ -19,6 +19,7 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
+from .bounded import InputError, read_json
 from .errors import ModelLoadError, ModelNotFoundError
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -110,10 +111,29 @@ def resolve(ref: str) -> tuple[str, Path | str]:
     if p.is_dir():
         if not (p / "config.json").is_file():
             raise ModelLoadError(f"{p}: not a model folder (no config.json)")
+        _check_folder_json(p)
         return "mlx", p
+    if p.exists():
+        raise ModelLoadError(f"{p}: not a regular file or a model folder")
     if _HUB_ID.match(ref) and not ref.startswith((".", "/", "~")):
         return "mlx", ref
     raise ModelNotFoundError(f"model not found: {ref}")
+
+
+_FOLDER_JSON = ("config.json", "tokenizer.json", "tokenizer_config.json", "generation_config.json",
+                "special_tokens_map.json")
+
+
+def _check_folder_json(folder: Path) -> None:
+    """A model folder's JSON files read once through the bounded reader (regular files,
+    size and nesting caps) before mlx-lm and transformers parse them without limits."""
+    for name in _FOLDER_JSON:
+        try:
+            read_json(folder / name)
+        except FileNotFoundError:
+            continue
+        except InputError as e:
+            raise ModelLoadError(str(e)) from None
 
 
 def _wrap_tokenizer(hf_tokenizer, eos_ids: list[int] | None = None):

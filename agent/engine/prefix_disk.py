@@ -4,7 +4,9 @@
 `save_prompt_cache` (its metadata carries the token list) and read with `load_prompt_cache`.
 Before a file is used, its tensor data must match the hash in its name, its token list the
 token hash and length, its model key the folder; a file failing any check is deleted with one
-warning. Writes go to a temporary file renamed into place (a reader sees no file or all of it);
+warning; every read goes through agent/engine/bounded.py (regular files only, no symlinks,
+header size and JSON nesting capped), so a FIFO, a device or a link there is a bad file too,
+never a read that blocks. Writes go to a temporary file renamed into place (a reader sees no file or all of it);
 turn files that a new file extends are deleted; total size is bounded, least recently used
 (mtime) first, system prompts last. Several processes may share the folder.
 
@@ -23,14 +25,16 @@ import struct
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, BinaryIO, Callable, Sequence
+
+from .bounded import InputError, loads_json, open_regular
 
 FORMAT = "spec-agent-prefix-1"
 DISK_MIN_GAIN = 64  # a turn is written to disk once it covers this many tokens more than before
 STALE_TEMP_S = 600.0  # temporary files older than this were left by a killed writer
 _NAME = re.compile(r"^(turn|system)-(\d+)-([0-9a-f]{16})-([0-9a-f]{16})\.safetensors$")
 _MAX_HEADER = 64 << 20  # a safetensors header bigger than this is not ours
-_DATA_ERRORS = (ValueError, RuntimeError, TypeError, KeyError, IndexError, AttributeError,
+_DATA_ERRORS = (InputError, ValueError, RuntimeError, TypeError, KeyError, IndexError, AttributeError,
                 struct.error, UnicodeDecodeError)
 
 
@@ -67,6 +71,7 @@ class DiskTier:
         self.min_gain = DISK_MIN_GAIN
         self.broken = False  # set after a failed write: no more writes in this process
         self._meta: dict[str, tuple[tuple[int, ...], bool]] = {}  # file name -> (tokens, trimmable)
+        self._ignored: set[str] = set()  # rejected names that could not be deleted: warned once
         self._lock = threading.RLock()
         self._clean_temps()
 
@@ -80,14 +85,19 @@ class DiskTier:
                 pass
 
     def _reject(self, path: Path, why: str) -> None:
-        """One warning per bad file: it is deleted, so no second warning can come."""
-        self._meta.pop(path.name, None)
+        """One warning per bad file: it is deleted (or, when that fails, e.g. a folder,
+        ignored from now on), so no second warning can come."""
+        with self._lock:
+            self._meta.pop(path.name, None)
+            if path.name in self._ignored:
+                return
         try:
             path.unlink()
         except FileNotFoundError:
             return  # another process got there first
         except OSError:
-            pass
+            with self._lock:
+                self._ignored.add(path.name)
         self.warn(f"prefix cache: ignored and deleted {path} ({why})")
 
     def _files(self, key: str) -> list[tuple[Path, re.Match]]:
@@ -102,18 +112,17 @@ class DiskTier:
         with self._lock:
             if path.name in self._meta:
                 return self._meta[path.name]
+            if path.name in self._ignored:
+                return None
         try:
-            with open(path, "rb") as f:
-                (size,) = struct.unpack("<Q", f.read(8))
-                if size > _MAX_HEADER:
-                    raise ValueError("header too large")
-                meta = json.loads(f.read(size))["__metadata__"]
-            tokens = tuple(json.loads(meta["0.tokens"]))
+            with open_regular(path, follow=False) as f:
+                meta = _header(f, path)[0]["__metadata__"]
+            tokens = _token_list(meta["0.tokens"], path)
             if meta["0.format"] != FORMAT or len(tokens) != int(m[2]) or digest(tokens) != m[3]:
                 raise ValueError("its token list does not match its name")
         except FileNotFoundError:
             return None
-        except (OSError, json.JSONDecodeError, *_DATA_ERRORS) as e:
+        except (OSError, *_DATA_ERRORS) as e:
             self._reject(path, f"unreadable header: {e}")
             return None
         value = (tokens, meta.get("0.trimmable") == "1")
@@ -139,10 +148,13 @@ class DiskTier:
 
         m = _NAME.match(path.name)
         try:
-            if _data_digest(path) != m[4]:
-                raise ValueError("tensor data does not match its checksum (corrupt or truncated)")
-            cache, meta = load_prompt_cache(str(path), return_metadata=True)
-            tokens = tuple(json.loads(meta["tokens"]))
+            with open_regular(path, follow=False) as f:  # one open: checked and read alike
+                header_size = _header(f, path)[1]
+                if _data_digest(f, header_size) != m[4]:
+                    raise ValueError("tensor data does not match its checksum (corrupt or truncated)")
+                f.seek(0)
+                cache, meta = load_prompt_cache(f, return_metadata=True)
+            tokens = _token_list(meta["tokens"], path)
             if meta.get("format") != FORMAT or meta.get("model_key") != key:
                 raise ValueError("written for another model or format")
             if len(tokens) != int(m[2]) or digest(tokens) != m[3]:
@@ -152,8 +164,8 @@ class DiskTier:
             mx.eval([c.state for c in cache])  # read now: the file may be evicted later
         except FileNotFoundError:
             return None
-        except (OSError, json.JSONDecodeError, *_DATA_ERRORS) as e:
-            if path.exists():
+        except (OSError, *_DATA_ERRORS) as e:
+            if os.path.lexists(path):
                 self._reject(path, str(e).splitlines()[0] if str(e) else type(e).__name__)
             return None
         try:
@@ -258,14 +270,34 @@ class DiskTier:
         return total
 
 
-def _data_digest(path: Path) -> str:
+def _header(f: BinaryIO, path: Path) -> tuple[dict[str, Any], int]:
+    """(the safetensors header as JSON, its size in bytes), within caps (InputError if not)."""
+    raw = f.read(8)
+    if len(raw) < 8:
+        raise InputError(f"{path}: truncated")
+    (size,) = struct.unpack("<Q", raw)
+    if size > min(_MAX_HEADER, os.fstat(f.fileno()).st_size - 8):
+        raise InputError(f"{path}: header of {size} bytes does not fit")
+    header = loads_json(f.read(size), str(path), _MAX_HEADER)
+    if not isinstance(header, dict) or not isinstance(header.get("__metadata__"), dict):
+        raise InputError(f"{path}: header without metadata")
+    return header, size
+
+
+def _token_list(text: Any, path: Path) -> tuple[int, ...]:
+    """A token list stored as JSON text in the metadata: whole numbers only."""
+    tokens = loads_json(text, f"{path} token list") if isinstance(text, str) else None
+    if not isinstance(tokens, list) or not all(type(t) is int for t in tokens):
+        raise InputError(f"{path}: token list is not a list of whole numbers")
+    return tuple(tokens)
+
+
+def _data_digest(f: BinaryIO, header_size: int) -> str:
     """`digest` of a safetensors file's tensor data (all after its header), read in blocks."""
     h = hashlib.sha256()
-    with open(path, "rb") as f:
-        (size,) = struct.unpack("<Q", f.read(8))
-        f.seek(8 + size)
-        while block := f.read(1 << 23):
-            h.update(block)
+    f.seek(8 + header_size)
+    while block := f.read(1 << 23):
+        h.update(block)
     return h.hexdigest()[:16]
 
 

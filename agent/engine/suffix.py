@@ -21,6 +21,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Sequence
 
+from .bounded import InputError, read_json
+
 FORMAT, VERSION = "spec-agent-suffix-index", 1
 _SEP = -1  # between sequences: never matched, never drafted
 _MAX_OCCURRENCES = 64  # the latest occurrences of an n-gram a draft is weighed over
@@ -126,13 +128,11 @@ class SuffixIndex:
         missing file is an empty index and no complaint."""
         index = cls(key, cap)
         try:
-            if path.stat().st_size > _MAX_FILE_BYTES:
-                return index, f"{path}: over {_MAX_FILE_BYTES >> 20} MB; starting a new suffix index"
-            data = json.loads(path.read_text())
+            data = read_json(path, _MAX_FILE_BYTES, follow=False)  # a cache: bounded, no FIFO
         except FileNotFoundError:
             return index, ""
-        except (OSError, ValueError, RecursionError) as e:
-            return index, f"{path}: unreadable ({type(e).__name__}); starting a new suffix index"
+        except InputError as e:
+            return index, f"{e}; starting a new suffix index"
         tokens = data.get("tokens") if isinstance(data, dict) else None
         if (not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION
                 or not isinstance(tokens, list)

@@ -7,7 +7,9 @@ that list their properties closed to others, see `_closed`), so the call grammar
 checks them again; its kind is "mcp" (asks for approval in every mode) unless the user's config
 allows the server or the tool ("read": runs without asking). Descriptions and schemas shown to
 the model are cut to the `[mcp] prompt_chars` budget; tools past it are not offered, and a
-schema the grammar engine cannot compile is not offered either (each with one warning).
+schema the grammar engine cannot compile, or that `tools.schema_problem` cannot check within
+its bounds (size, nesting, regexes, a trial validation), is not offered either (each with one
+warning).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from tools import TOOLS, Tool, ToolResult, register, unregister
+from tools import TOOLS, Tool, ToolResult, register, schema_problem, unregister
 from tools._base import cap
 
 from ..extensions import Extensions, ServerSpec
@@ -152,9 +154,10 @@ class McpManager:
             if name in TOOLS:  # another Runtime in this process (ACP: one per folder) offers it
                 continue
             why = "" if TOOL_NAME.match(info.name) else "its name has characters other than A-Z a-z 0-9 _ -"
+            why = why or schema_problem(info.input_schema)  # size, depth, regexes: before any walk
             tool = None if why else self._tool(conn, info, name)
             if tool is not None:
-                why = grammar_problem(tool)
+                why = schema_problem(tool.schema) or grammar_problem(tool)  # as closed: register() agrees
                 if not why and _prompt_size(tool) > budget:
                     why = "past the [mcp] prompt_chars budget"
             if why:
