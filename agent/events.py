@@ -165,6 +165,17 @@ class ContextCompacted(Warning):
 
 
 @dataclass(frozen=True)
+class ContextAttached(Warning):
+    """What the agent added to a user message beyond its text, (what, characters) each: files
+    it names or that define names it mentions, the file listing, the repository map; and
+    the files left out over `budget` tokens. Shown by every UI as a Warning is."""
+
+    added: tuple[tuple[str, int], ...] = ()
+    left_out: tuple[tuple[str, int], ...] = ()
+    budget: int = 0
+
+
+@dataclass(frozen=True)
 class HookActed(Warning):
     """One of the user's hooks blocked, approved, added context, failed or timed out
     (`message` says which); shown by every UI as a Warning is."""
@@ -282,8 +293,9 @@ class GitAction(Event):
 class RunStopped(Event):
     """Why a run ended: `answered`, `max_turns`, `max_tokens` (the reply was cut at the token
     limit), `approval_required`, `error`, `cancelled`, `repetition` (the model looped on one span
-    of text and the turn was stopped), `blocked` (a UserPromptSubmit hook refused the message).
-    agent/exit_codes.py maps each to an exit code."""
+    of text and the turn was stopped), `blocked` (a UserPromptSubmit hook refused the message),
+    and, for a message the model answered without the work done (core/outcome.py),
+    `checks_failed`, `edit_failed`, `no_change`. agent/exit_codes.py maps each to an exit code."""
 
     reason: str
     turn: int

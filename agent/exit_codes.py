@@ -27,6 +27,10 @@ TABLE = (
     ExitCode(4, "needs approval", ("approval_required",),
              "a tool call needed an approval no one could give (rerun with --yes or "
              "--approval-mode)"),
+    ExitCode(5, "not done", ("checks_failed", "edit_failed", "no_change"),
+             "the agent answered but the work is not done: the checks of its edits still fail, "
+             "an edit was refused or failed, or no file changed though the message asks for a "
+             "change"),
     ExitCode(130, "cancelled", ("cancelled",), "Ctrl-C (or a stream-json interrupt)"),
     ExitCode(141, "output closed", (), "the reader of stdout went away (e.g. piped into head)"),
 )

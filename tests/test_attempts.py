@@ -321,19 +321,20 @@ def test_a_looping_reply_is_answered_afresh_while_fix_rounds_are_left(git_repo, 
         assert "kept repeating" in conv.messages[-2]["content"]  # the history says why
 
 
-def test_a_broken_file_written_out_again_after_its_failure_is_answered_afresh(git_repo):
-    """A syntax error goes back to the model; a reply that writes the same broken file out
-    again is checked, and the failure it was already shown is answered afresh (fix_mode
-    resample) instead of being sent back once more."""
+def test_a_broken_file_is_never_written_and_is_answered_afresh(git_repo):
+    """A reply whose file does not parse is not applied (core/editguard.py): the files stay as
+    they were, and where fix_mode resamples the message is answered afresh, each time."""
     _setup(git_repo)
+    before = _code(git_repo)
     model = Sampled([BROKEN_CODE, BROKEN_CODE, RIGHT])
     conv = conversation(git_repo, model, _cfg(max_fix_rounds=3))
     tests, events = _send(conv)
-    assert model.temps == [0.0, 0.0, 0.7] and model.seen[2] == model.seen[0]
-    assert "does not compile" in model.seen[1][-1]["content"]
-    assert any(isinstance(e, Warning) and "syntax check still fails; answering" in e.message
-               for e in events)
+    assert model.temps == [0.0, 0.7, 0.7] and model.seen[2] == model.seen[1] == model.seen[0]
+    refused = [e.message for e in events if isinstance(e, Warning) and "does not parse" in e.message]
+    assert len(refused) == 2 and all("the file is as it was" in w for w in refused)
+    assert before != "def add(a, b):\n    return a + b\n"
     assert [c.ok for c in tests] == [True] and _code(git_repo) == "def add(a, b):\n    return a + b\n"
+    assert events[-1].stop_reason == "answered"
 
 
 ADD = "def add(a, b):\n    return a + b\n"
@@ -382,7 +383,9 @@ def test_a_quote_with_words_or_without_fresh_samples_ends_the_message(git_repo, 
     model = Sampled([reply, WITH_DOC])
     conv = conversation(git_repo, model, full_auto(**{"edit_format": "whole", "sandbox": "off", **over}))
     events = list(conv.send(text))
-    assert len(model.seen) == 1 and events[-1].stop_reason == "answered"
+    # (a message that asks for an edit and gets only the file back ends "no_change")
+    assert len(model.seen) == 1
+    assert events[-1].stop_reason == ("no_change" if text == EDIT else "answered")
     assert _code(git_repo) == ADD
 
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from scripted import INTERRUPT, ScriptedModel, call, fake_stats, full_auto, git_repo  # noqa: F401
+from scripted import (INTERRUPT, SAMPLE, ScriptedModel, call, fake_stats, full_auto,  # noqa: F401
+                      git_repo)
 
 from agent import exit_codes
 from agent.backends.base import ModelError
@@ -43,11 +44,11 @@ class EndingModel(ScriptedModel):
         yield replace(fake_stats(generated=4), finish_reason=self.finish)
 
 
-def run_json(root, model, cfg, capsys) -> tuple[int, dict]:
+def run_json(root, model, cfg, capsys, task: str = "swap") -> tuple[int, dict]:
     from agent.commands import run_task
 
     args = SimpleNamespace(repo=root, output_format="json", stats=False)
-    code = run_task("swap", args, cfg, model=model)
+    code = run_task(task, args, cfg, model=model)
     return code, json.loads(capsys.readouterr().out)
 
 
@@ -96,6 +97,58 @@ def test_row_needs_approval(git_repo, capsys):
     model = ScriptedModel([EDIT, "ok"])
     code, obj = run_json(git_repo, model, Config(approval_mode="suggest", edit_format="tool"), capsys)
     assert (code, obj["stop_reason"], obj["is_error"]) == (4, "approval_required", True)
+
+
+FIX = "Fix the add function in calc.py."
+
+
+def test_row_not_done_no_change(git_repo, capsys):
+    code, obj = run_json(git_repo, ScriptedModel(["The code is already correct."]), full_auto(),
+                         capsys, FIX)
+    assert (code, obj["stop_reason"], obj["is_error"]) == (5, "no_change", True)
+    assert "no file changed" in obj["error"]
+
+
+def test_row_not_done_no_change_is_not_said_of_a_question(git_repo, capsys):
+    code, obj = run_json(git_repo, ScriptedModel(["It adds."]), full_auto(), capsys,
+                         "What does add in calc.py do?")
+    assert (code, obj["stop_reason"], obj["is_error"]) == (0, "answered", False)
+
+
+def test_row_not_done_edit_failed(git_repo, capsys):
+    broken = ("calc.py\n```python\ndef add(a, b):\n    return (a + b\n\n\n"
+              "def sub(a, b):\n    return a - b\n```\n")
+    before = (git_repo / "calc.py").read_text()
+    code, obj = run_json(git_repo, ScriptedModel([broken, "Done."]), full_auto(), capsys, FIX)
+    assert (code, obj["stop_reason"], obj["is_error"]) == (5, "edit_failed", True)
+    assert "does not parse" in obj["error"]
+    assert (git_repo / "calc.py").read_text() == before
+
+
+def test_row_not_done_edit_failed_where_the_os_refuses_the_write(git_repo, capsys, monkeypatch):
+    """A file the OS will not let us replace (e.g. `chattr +i`): the failure is the run's."""
+    import errno
+
+    import tools.write_file as wf
+
+    def refuse(full, content, root):
+        raise PermissionError(errno.EPERM, "Operation not permitted")
+
+    monkeypatch.setattr(wf, "atomic_write", refuse)
+    fixed = "calc.py\n```python\n" + SAMPLE["calc.py"].replace("a + b", "b + a") + "```\n"
+    code, obj = run_json(git_repo, ScriptedModel([fixed, "Done."]), full_auto(), capsys, FIX)
+    assert (code, obj["stop_reason"], obj["is_error"]) == (5, "edit_failed", True)
+    assert "Operation not permitted" in obj["error"]
+    assert (git_repo / "calc.py").read_text() == SAMPLE["calc.py"]
+
+
+def test_row_not_done_checks_failed(git_repo, capsys):
+    fix = call("write_file", path="calc.py", content=SAMPLE["calc.py"].replace("a + b", "b + a"))
+    cfg = full_auto(edit_format="tool", sandbox="off", max_fix_rounds=1,
+                    test_cmd="python -c \"import calc; assert calc.add(2, 2) == 5, 'wrong'\"")
+    code, obj = run_json(git_repo, ScriptedModel([fix, "Done.", "Still done."]), cfg, capsys, FIX)
+    assert (code, obj["stop_reason"], obj["is_error"]) == (5, "checks_failed", True)
+    assert "test" in obj["error"]
 
 
 def test_row_cancelled(git_repo, capsys):

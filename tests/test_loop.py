@@ -59,7 +59,9 @@ def test_tool_errors_are_data_for_the_model(git_repo):
     assert "not found" in results[0] and "closest text" in results[0]
     assert "not valid JSON" in results[1]
     assert "unknown tool 'nope'" in results[2]
-    assert not events[-1].is_error and events[-1].result == "I give up."
+    # (the message asked for a change and the only edit failed: the work is not done)
+    assert events[-1].is_error and events[-1].result == "I give up."
+    assert events[-1].stop_reason == "edit_failed" and "not found in calc.py" in events[-1].error
 
 
 def test_max_turns_stops_the_run(git_repo):
@@ -136,7 +138,8 @@ def test_approver_can_deny(git_repo):
     events, model = run(git_repo, [EDIT, "fine"], Config(approval_mode="suggest"),
                         approver=lambda req: asked.append(req.name) or "no")
     assert asked == ["edit_file"] and "did not approve" in model.seen[1][-1]["content"]
-    assert "return a + b" in (git_repo / "calc.py").read_text() and not events[-1].is_error
+    assert "return a + b" in (git_repo / "calc.py").read_text()
+    assert events[-1].stop_reason == "no_change" and events[-1].is_error  # (nothing was done)
 
 
 def test_system_prompt_lists_tools_and_agents_md(git_repo):

@@ -254,20 +254,21 @@ def test_auto_refuses_whole_blocks_for_a_long_file(git_repo):
     assert "write the whole file to change it" in model.seen[5][-1]["content"]
 
 
-def test_a_failed_check_asks_for_the_whole_file_only_where_the_format_does(git_repo):
+def test_a_block_that_leaves_the_file_unparseable_is_never_applied(git_repo):
     from agent.events import CheckRun
 
     broken = fenced("calc.py", sr("    return a - b\n", "    return a -\n"))
-    fixed = fenced("calc.py", sr("    return a -\n", "    return a - b\n"))
-    for fmt, whole in (("diff", False), ("auto", True)):
+    fixed = fenced("calc.py", sr("    return a - b\n", "    return (a - b)\n"))
+    for fmt in ("diff", "auto"):
         (git_repo / "calc.py").write_text(CALC)
         model = ScriptedModel([broken, fixed, "ok"])
         events = list(conversation(git_repo, model, full_auto(edit_format=fmt, sandbox="off"))
                       .send("edit calc.py"))
         fed = model.seen[1][-1]["content"]
-        assert "does not compile" in fed and ("whole corrected file" in fed) == whole, fmt
-        assert [c.ok for c in events if isinstance(c, CheckRun) and c.kind == "syntax"] == [False, True]
-        assert (git_repo / "calc.py").read_text() == CALC
+        assert "calc.py does not parse (line 6" in fed and "not applied" in fed, fmt
+        assert [c.ok for c in events if isinstance(c, CheckRun) and c.kind == "syntax"] == [True]
+        assert (git_repo / "calc.py").read_text() == CALC.replace("a - b", "(a - b)")
+        assert events[-1].stop_reason == "answered"
 
 
 def test_whole_and_tool_formats_do_not_apply_search_replace_blocks(git_repo):
@@ -290,7 +291,8 @@ def test_auto_asks_for_search_replace_fixes_in_a_long_file(git_repo):
     model = ScriptedModel([broken, "ok"])
     list(conversation(git_repo, model, full_auto(edit_format="auto", sandbox="off")).send("edit big.py"))
     fed = model.seen[1][-1]["content"]
-    assert "does not compile" in fed and "whole corrected file" not in fed
+    assert "big.py does not parse" in fed and "whole corrected file" not in fed
+    assert (git_repo / "big.py").read_text() == big
 
 
 def test_a_search_in_another_attached_file_is_named_not_applied(git_repo):

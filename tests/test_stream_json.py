@@ -85,6 +85,15 @@ def test_a_cancel_parses_as_an_error_result(git_repo, capsys):
     assert res.subtype == "error_during_execution" and lines[-1]["spec_agent"]["stop_reason"] == "cancelled"
 
 
+def test_a_run_that_changed_nothing_asked_to_is_not_a_success(git_repo, capsys):
+    code, lines, msgs = headless(git_repo, ScriptedModel(["The code is already correct."]),
+                                 full_auto(), capsys, task="Fix the add function in calc.py.")
+    res = msgs[-1]
+    assert code == 5 and isinstance(res, ResultMessage) and res.is_error
+    assert res.subtype == "error_during_execution"
+    assert lines[-1]["spec_agent"]["stop_reason"] == "no_change"
+
+
 def test_max_turns_and_denied_approval_in_claude_terms(git_repo, capsys):
     code, _, msgs = headless(git_repo, ScriptedModel([READ] * 3), full_auto(max_turns=2), capsys)
     assert code == 3 and msgs[-1].subtype == "error_max_turns" and msgs[-1].num_turns == 2

@@ -44,9 +44,11 @@ from .attach import ADDED, ATTACHED, attach_mentions, typed_text
 from .prompt import system_prompt
 from .resample import at_temperature, can_resample
 from .searchreplace import FIX_HOW, apply_edits, is_edit_fence, parse_edits, whole_fixes, whole_verdict
-from .wholefile import (FileBlock, asks_change, copies, defined, is_snippet, judge, lead, leads_to,
-                        names_new_file, owners_in, parse_blocks, prose, quotes, restored,
+from .wholefile import (FileBlock, asks_change, copies, current_text, defined, is_snippet, judge,
+                        lead, leads_to, names_new_file, owners_in, parse_blocks, prose, quotes,
                         retarget, spliced)
+from .editguard import parse_problem, vet
+from .outcome import NOT_DONE, Work, verdict
 from ..choices import BLOCK_EDIT_FORMATS
 
 
@@ -89,10 +91,12 @@ class Usage:
 
 
 # Every stop but "answered" is a run that did not deliver (agent/exit_codes.py gives each a code).
-ERROR_STOPS = ("error", "approval_required", "cancelled", "repetition", "max_turns", "max_tokens", "blocked")
+ERROR_STOPS = ("error", "approval_required", "cancelled", "repetition", "max_turns", "max_tokens",
+               "blocked", *NOT_DONE)
 MAX_STOP_HOOK_TURNS = 3  # a Stop hook may send the model back at most this often per message
 CUT_SHORT = ("cancelled", "repetition")  # turns stopped mid-way: a half-written call is dropped
 NOT_RUN = "not run: the user cancelled before this call"
+DECLINED = "the user did not approve this call; try something else"
 REFUSED = ("Your code block was not saved:\n{why}\n\nTo change a file, reply with its path on one "
            "line and then the complete new file in one code block: every line of it, the "
            "unchanged ones too.")
@@ -150,6 +154,7 @@ class _Run:
     as_left: list[str] = field(default_factory=list)
     # the files as the last reply read them, where that was not as they are (a restart_view)
     shown: dict[str, str] = field(default_factory=dict)
+    work: Work = field(default_factory=Work)  # failed edits, check results: the outcome (core/outcome.py)
 
 
 class Conversation:
@@ -576,12 +581,16 @@ class Conversation:
             problems = list(malformed)
             for fe in apply_edits(edits, self.root, attached):
                 problems += fe.problems
+                if fe.problems:
+                    run.work.edit_failed(fe.path, fe.problems[0])
                 if fe.content is not None:
                     edited.add(fe.path)
                     calls.append(ParsedCall("write_file", {"path": fe.path, "content": fe.content}))
             for why in problems:
                 yield Warning(why)
             run.refused += problems
+            for why in malformed:
+                run.work.edit_failed("", why)
         skip = is_edit_fence if fmt != "whole" else None
         asked, intent = self._intent(run)
         shown_files = list(dict.fromkeys(p for m in self.messages if m["role"] == "user"
@@ -614,12 +623,8 @@ class Conversation:
             if verdict == "" and (other := copies(block, self.root, seen, intent, tuple(written))):
                 verdict = (f"the code block for {block.path} is the text of {other}, not a "
                            f"version of {block.path}: not applied")
-            if verdict == "" and fmt != "diff" and (kept := restored(block, self.root, intent, shown)):
-                block, names = kept
-                listed = ", ".join(names[:6]) + (", ..." if len(names) > 6 else "")
-                yield Warning(f"the code block for {block.path} leaves out {listed}, which the "
-                              "message does not ask to remove; kept them")
-                verdict = "same" if judge(block, self.root) == "same" else ""
+            if verdict == "":
+                block, verdict = yield from self._vetted(block, intent, shown)
             if verdict == "same":
                 run.same.append(block.path)
                 # (UNCHANGED asks for the whole file again, which "diff" does not take)
@@ -630,6 +635,7 @@ class Conversation:
                 yield Warning(verdict)
                 if not quotes(block, self.root):
                     run.refused.append(verdict)
+                    run.work.edit_failed(block.path, verdict)
                     if fmt == "whole" and is_snippet(verdict):
                         run.snippets.append(block.path)
                 continue
@@ -650,6 +656,23 @@ class Conversation:
                        if m["role"] == "assistant"), "")
         return asked, "\n".join([*parts, prose(before)])
 
+    def _vetted(self, block: FileBlock, intent: str, shown: str | None) -> Iterator[Event]:
+        """(block, verdict) once core/editguard.py has vetted a whole-file block: markup
+        stripped, left-out code put back, or why it is refused; "same" where it now equals
+        the file."""
+        old = current_text(self.root, block.path, shown)
+        vetted = vet(block.path, old, block.content, intent)
+        for note in vetted.notes:
+            yield Warning(note)
+        if vetted.problem:
+            return block, vetted.problem
+        if vetted.kept:
+            listed = ", ".join(vetted.kept[:6]) + (", ..." if len(vetted.kept) > 6 else "")
+            yield Warning(f"the code block for {block.path} leaves out {listed}, which the "
+                          "message does not ask to remove; kept them")
+        block = FileBlock(block.path, vetted.content)
+        return block, "same" if judge(block, self.root) == "same" else ""
+
     def _wrote_before(self, content: str) -> bool:
         """Did an assistant message before the last one already write out `content`? (A
         model that writes out a file it wrote before, after being told it fails, is stuck;
@@ -658,9 +681,11 @@ class Conversation:
         return bool(body) and any(m["role"] == "assistant" and body in m["content"]
                                   for m in self.messages[:-1])
 
-    def _run_calls(self, run: _Run, calls: list[ParsedCall], record: bool = True) -> Iterator[Event]:
+    def _run_calls(self, run: _Run, calls: list[ParsedCall], record: bool = True,
+                   vetting: bool = True) -> Iterator[Event]:
         """Run a turn's calls; returns '' or the approval problem that stops the message.
-        `record`: add the results to the history for the model's next turn."""
+        `record`: add the results to the history for the model's next turn. `vetting`: whole-file
+        writes go through core/editguard.py (not the agent's own restores of tested files)."""
         results, changed, stop = [], [], ""
         try:
             for k, call in enumerate(calls, 1):
@@ -671,11 +696,12 @@ class Conversation:
                 yield ToolCallStarted(call_id, call.name, call.arguments)
                 run.usage.tool_calls += 1
                 self.usage.tool_calls += 1
-                result, stop = yield from self._one_call(call_id, call)
+                result, stop = yield from self._one_call(call_id, call, run, vetting)
                 if stop:
                     break
                 yield ToolCallFinished(call_id, call.name, result.ok, result.output)
                 results.append(format_result(call.name, result))
+                self._outcome(run, call, result, record)
                 changed += result.changed
                 run.edited += result.changed
                 run.touched += result.changed
@@ -708,7 +734,24 @@ class Conversation:
             self.always.update(keys)
         return answer in ("yes", "always"), ""
 
-    def _one_call(self, call_id: str, call: ParsedCall) -> Iterator[Event]:
+    def _outcome(self, run: _Run, call: ParsedCall, result: ToolResult, record: bool) -> None:
+        """Note what a finished call did for the message's outcome (core/outcome.py); an edit
+        of a reply's code block that failed goes back to the model (its results are not in
+        the history)."""
+        kind = TOOLS[call.name].kind if call.name in TOOLS else ""
+        if kind == "shell":
+            run.work.shell_ran = True
+        if kind != "edit":
+            return
+        if result.ok:
+            run.work.edit_applied(result.changed)
+        elif result.output.removeprefix("Error: ") not in (DECLINED, NOT_RUN):
+            path = str(call.arguments.get("path", ""))
+            run.work.edit_failed(path, f"{call.name} {path}: {result.output}")
+            if not record:
+                run.refused.append(f"{path} was not written: {result.output}")
+
+    def _one_call(self, call_id: str, call: ParsedCall, run: _Run, vetting: bool = True) -> Iterator[Event]:
         """(result, stop): run one call through validation, hooks, approval and git protection."""
         if call.error:
             return ToolResult.error(call.error), ""
@@ -717,7 +760,7 @@ class Conversation:
                                                        "tool_input": call.arguments}, call.name)
         if verdict.decision == "block":
             return ToolResult.error(f"a PreToolUse hook blocked this call: {verdict.reason}"), ""
-        result, stop = yield from self._run_one(call_id, call, tool, verdict.decision)
+        result, stop = yield from self._run_one(call_id, call, tool, verdict.decision, run, vetting)
         if not stop:
             post = yield from self._hook("PostToolUse", {
                 "tool_name": call.name, "tool_input": call.arguments,
@@ -727,7 +770,8 @@ class Conversation:
                 result = replace(result, output=f"{result.output}\n[PostToolUse hook] {extra}")
         return result, stop
 
-    def _run_one(self, call_id: str, call: ParsedCall, tool, hook: str) -> Iterator[Event]:
+    def _run_one(self, call_id: str, call: ParsedCall, tool, hook: str, run: _Run,
+                 vetting: bool = True) -> Iterator[Event]:
         """(result, stop) past the hooks: approval (skipped when a hook allowed the call, except
         for a destructive command; asked when a hook says "ask"), snapshot, git protection,
         the call."""
@@ -739,7 +783,7 @@ class Conversation:
         if stop:
             return ToolResult.error("not approved"), stop
         if not approved:
-            return ToolResult.error("the user did not approve this call; try something else"), ""
+            return ToolResult.error(DECLINED), ""
         if tool.kind in ("edit", "shell"):
             problem = self._snapshot(call)
             if problem:
@@ -752,7 +796,35 @@ class Conversation:
                 for note in self.git.notes:
                     yield GitAction("protect", note)
                 self.git.notes.clear()
+            return (yield from self._edit(call, tool, run, vetting)), ""
         return call_tool(call.name, call.arguments, self.ctx), ""
+
+    def _edit(self, call: ParsedCall, tool, run: _Run, vetting: bool = True) -> Iterator[Event]:
+        """Run an edit call through core/editguard.py: a whole-file write is vetted before it
+        is written (with `vetting`: markup stripped, left-out code kept, or refused); any edit that
+        leaves a file that does not parse is undone, so nothing broken is written or
+        committed."""
+        paths = [str(call.arguments.get(arg, "")) for arg in tool.paths]
+        before = {p: current_text(self.root, p) for p in paths}
+        if vetting and call.name == "write_file" and paths:
+            path = paths[0]
+            _, intent = self._intent(run)
+            vetted = vet(path, before[path], str(call.arguments.get("content", "")), intent)
+            for note in vetted.notes:
+                yield Warning(note)
+            if vetted.problem:
+                return ToolResult.error(vetted.problem)
+            if vetted.kept:
+                yield Warning(f"the write of {path} leaves out {', '.join(vetted.kept[:6])}, "
+                              "which the message does not ask to remove; kept them")
+            call = ParsedCall(call.name, {**call.arguments, "content": vetted.content})
+        result = call_tool(call.name, call.arguments, self.ctx)
+        for path in result.changed:
+            text = current_text(self.root, path)
+            problem = parse_problem(path, text) if text is not None else ""
+            if problem:
+                return undo_write(self.root, path, before.get(path), problem)
+        return result
 
     def _checks(self, run: _Run, rewrote: bool = False) -> Iterator[Event]:
         """Check the files edited since the last check (core/checks.py); returns the message
@@ -770,6 +842,7 @@ class Conversation:
             back = not out.ok and run.fix_rounds < self.cfg.max_fix_rounds
             shown = out.output + (f"\n{out.missing}" if out.missing else "")
             yield CheckRun(out.kind, out.command, out.ok, shown, run.fix_rounds + 1, back)
+            run.work.checked(out.kind, out.ok, () if out.kind in ("test", "lint") else edited)
             if out.kind == "test":
                 score = run_score(out.ok, out.output)
                 files = read_files(self.root, run.touched)
@@ -791,6 +864,7 @@ class Conversation:
                 whole = whole_fixes(self.cfg.edit_format, edited, self.root)
                 return (feedback(out, self.root, whole, importer_texts(out, self.ctx))
                         if back else "")
+        run.work.passed(edited)  # every check of these files passed (some yield only failures)
         return ""
 
     def _resamples(self) -> bool:
@@ -819,9 +893,10 @@ class Conversation:
         yield Warning(f"kept {which} ({best.score.describe()}); the last attempt is worse "
                       f"({now.describe()})")
         if calls:
-            yield from self._run_calls(run, calls, record=False)
+            yield from self._run_calls(run, calls, record=False, vetting=False)
         run.edited = []  # the restored files were tested as they are
         run.attempts.now = best.score
+        run.work.checked("test", best.score.ok)
 
     def _snapshot(self, call: ParsedCall) -> str:
         """Save the work tree before an action that may change it ('' or why it could not be)."""
@@ -842,6 +917,11 @@ class Conversation:
         return self.git.protect(path)
 
     def _commit(self, changed: list[str], run: _Run) -> Iterator[Event]:
+        broken = [p for p in dict.fromkeys(changed)
+                  if parse_problem(p, current_text(self.root, p) or "")]
+        if broken:  # (changed since the edit, e.g. by a command): never committed
+            yield Warning(f"not committed: {', '.join(broken)} does not parse")
+            changed = [p for p in changed if p not in broken]
         if not changed:
             return
         try:
@@ -899,7 +979,27 @@ class Conversation:
             return None
         return last
 
+    def _recheck(self, run: _Run) -> None:
+        """Check again the files an earlier check failed on (a later edit of another file may
+        have mended them: an importer that now follows a rename), so the outcome is their
+        state at the end of the message. The tests are not run again."""
+        from .checks import run_checks
+
+        files = sorted(set().union(*(v for k, v in run.work.failing.items()
+                                     if k not in ("test", "lint"))) - {""})
+        if not files or run.cancel.cancelled:
+            return
+        cfg = replace(self.cfg, auto_test=False, lint_cmd="")
+        for out in run_checks(cfg, files, self.ctx, run.task, ""):
+            run.work.checked(out.kind, out.ok, files)
+            if not out.ok:
+                return
+        run.work.passed(files)
+
     def _finish(self, run: _Run, reason: str, error: str = "") -> Iterator[Event]:
+        if reason == "answered":  # answered, but is the work done? (core/outcome.py)
+            self._recheck(run)
+            reason, error = verdict(typed_text(run.task), run.work)
         self._tested = (run.test_cmd, run.attempts.tested_state(self.root))
         self._left = read_files(self.root, run.written) if self.cfg.fix_mode == "restart" else {}
         self._left_at = len(self.messages)
@@ -907,6 +1007,25 @@ class Conversation:
         yield RunStopped(reason, run.turn)
         yield AgentResult(reason in ERROR_STOPS, run.last_text, run.turn, run.usage.as_dict(),
                           error, stop_reason=reason)
+
+
+def undo_write(root: Path, path: str, before: str | None, problem: str) -> ToolResult:
+    """Put `path` back as it was before an edit that left it unparseable (remove it where the
+    edit created it); the result says so, for the model."""
+    from tools._paths import PathError, confine
+    from tools.write_file import atomic_write
+
+    try:
+        full = confine(root, path)
+        if before is None:
+            full.unlink(missing_ok=True)
+        else:
+            atomic_write(full, before, root)
+    except (PathError, OSError) as e:
+        return ToolResult.error(f"{path} does not parse after this edit ({problem}), and it "
+                                f"could not be put back: {e}")
+    return ToolResult.error(f"{path} does not parse after this edit ({problem}): not applied; "
+                            "the file is as it was")
 
 
 def new_id() -> str:

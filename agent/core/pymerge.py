@@ -135,8 +135,9 @@ def _shape(body: list[ast.stmt], path: tuple[str, ...] = (), out=None) -> dict:
     return out
 
 
-def _same_shape(out: str, *texts: ast.Module) -> bool:
-    """Does `out` compile and define, in each body, exactly what the texts define there?"""
+def _same_shape(out: str, *texts: ast.Module, spare: frozenset[str] = frozenset()) -> bool:
+    """Does `out` compile and define, in each body, exactly what the texts define there (but
+    the `spare` names the last text does not define)?"""
     tree = _parse(out)
     if tree is None or not _compiles(tree):
         return False
@@ -144,6 +145,11 @@ def _same_shape(out: str, *texts: ast.Module) -> bool:
     for t in texts:
         for path, names in _shape(t.body).items():
             want.setdefault(path, set()).update(names)
+    last = _shape(texts[-1].body)
+    for path in [p for p in want if any(n in spare for n in p) and p not in last]:
+        del want[path]  # a class left out on purpose, and its members
+    for path, names in want.items():
+        names -= spare - last.get(path, set())
     return _shape(tree.body) == want
 
 
@@ -279,7 +285,7 @@ def splice(old: str, fragment: str) -> str | None:
 
 
 def _kept(old: list[ast.stmt], new: list[ast.stmt], old_lines: list[str], new_lines: list[str],
-          depth: int, out: list[Edit], kept: list[str]) -> None:
+          depth: int, out: list[Edit], kept: list[str], spare: frozenset[str] = frozenset()) -> None:
     """Append the edits (in the new text's lines) that put back the definitions of the body
     `old` that the body `new` leaves out or holds only a placeholder of, each after the
     nearest one before it that `new` has (or before the nearest after it, or before `new`'s
@@ -305,6 +311,8 @@ def _kept(old: list[ast.stmt], new: list[ast.stmt], old_lines: list[str], new_li
             anchor = _span(twin)[1]
             continue
         if not any(n in has for n in names):
+            if all(n in spare for n in names):  # meant to go
+                continue
             text = old_lines[_first(node):_span(node)[1]]
             kept.extend(names)
             if anchor is None:
@@ -320,7 +328,7 @@ def _kept(old: list[ast.stmt], new: list[ast.stmt], old_lines: list[str], new_li
             pending = []
         if isinstance(node, ast.ClassDef) and isinstance(twin, ast.ClassDef):
             _members(twin, node)
-            _kept(node.body, twin.body, old_lines, new_lines, depth + 1, out, kept)
+            _kept(node.body, twin.body, old_lines, new_lines, depth + 1, out, kept, spare)
         anchor = _span(twin)[1]
     if pending:  # `new` has none of `old`'s definitions: before its first, or at its end
         first = next((n for n in new if _names(n)), None)
@@ -332,20 +340,21 @@ def _kept(old: list[ast.stmt], new: list[ast.stmt], old_lines: list[str], new_li
             out.append((end, end, depth, [line for t in pending for line in gap + t]))
 
 
-def restore(old: str, new: str) -> tuple[str, list[str]] | None:
+def restore(old: str, new: str, spare: frozenset[str] = frozenset()
+            ) -> tuple[str, list[str]] | None:
     """`new` (a rewrite of the file `old`) with what it leaves out of `old` put back (see the
     module's docstring), and the names put back; None where it leaves nothing out or nothing
-    can be put back safely."""
+    can be put back safely. `spare`: names left out on purpose (not put back)."""
     old_tree, new_tree = _parse(old), _parse(new)
     if old_tree is None or new_tree is None or not new_tree.body:
         return None
     edits: list[Edit] = []
     kept: list[str] = []
     try:
-        _kept(old_tree.body, new_tree.body, old.split("\n"), new.split("\n"), 0, edits, kept)
+        _kept(old_tree.body, new_tree.body, old.split("\n"), new.split("\n"), 0, edits, kept, spare)
     except _NotASplice:
         return None
     if not kept:
         return None
     out = _apply(new, edits)
-    return (out, kept) if _same_shape(out, old_tree, new_tree) else None
+    return (out, kept) if _same_shape(out, old_tree, new_tree, spare=spare) else None

@@ -22,9 +22,9 @@ Python file that defines functions or classes, a block that defines none (a snip
 whole file: small models copy an example statement from the instructions as the file) are
 not applied; the latter two are reported (and, unless the block only quotes the file's own
 lines, the model is told, see `quotes`). A Python snippet that redefines some of the file's
-functions or classes is spliced into the file instead (`spliced`), and a rewrite that leaves
-some of the file's definitions out, where the message asks for nothing to go, keeps them
-(`restored`): small models drop the code they did not change.
+functions or classes is spliced into the file instead (`spliced`); what a rewrite leaves out
+of the file is kept by core/editguard.py, which vets every whole-file write: small models drop
+the code they did not change.
 """
 
 from __future__ import annotations
@@ -238,17 +238,37 @@ def judge(block: FileBlock, root: Path, shown: str | None = None) -> str:
     return ""
 
 
-def _text(root: Path, path: str, shown: str | None = None) -> str | None:
-    """The file's text (`shown`, the text a reply read, where given); None where it cannot be
-    read as text inside the root."""
+MAX_TEXT_BYTES = 4 << 20  # a larger file is not one this format rewrites
+
+
+def current_text(root: Path, path: str, shown: str | None = None) -> str | None:
+    """The file's text (`shown`, the text a reply read, where given); None where it is not a
+    regular UTF-8 file inside the root (missing, a symlink, a FIFO, too big)."""
     if shown is not None:
         return shown
+    import os
+    import stat
+
     from tools._paths import PathError, confine
 
     try:
-        return confine(root, path).read_text(encoding="utf-8")
-    except (PathError, OSError, UnicodeDecodeError, ValueError):
+        fd = os.open(confine(root, path), os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0)
+                     | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    except (PathError, OSError, ValueError):
         return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_TEXT_BYTES:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read(MAX_TEXT_BYTES + 1).decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(fd)
+
+
+_text = current_text
 
 
 def spliced(block: FileBlock, root: Path, intent: str, asked: str,
@@ -294,24 +314,6 @@ def asks_change(text: str) -> bool:
 
     return not NO_CHANGE.search(text) and any(
         s.strip() and not s.rstrip().endswith("?") for s in sentences(text))
-
-
-def restored(block: FileBlock, root: Path, intent: str,
-             shown: str | None = None) -> tuple[FileBlock, list[str]] | None:
-    """A Python block that rewrites the file but leaves out some of its functions, classes,
-    methods or assignments (or holds a placeholder for one), with the file's put back
-    (core/pymerge.py), and their names; None where it leaves none out, or where `intent` may
-    want definitions gone (`keeps_all`). `shown`: as for `judge`, the file as the reply read
-    it (what it can have left out)."""
-    from .pymerge import restore
-
-    if not block.path.endswith((".py", ".pyi")) or not keeps_all(intent):
-        return None
-    old = _text(root, block.path, shown)
-    if old is None:
-        return None
-    out = restore(old, block.content)
-    return None if out is None else (FileBlock(block.path, out[0]), out[1])
 
 
 def is_snippet(verdict: str) -> bool:
