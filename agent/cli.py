@@ -323,8 +323,17 @@ def _main(argv: list[str] | None) -> int:
         code = getattr(e, "exit_code", None)
         if code is None:
             raise
-        print(f"spec-agent: error: {e}", file=sys.stderr)
+        print(f"spec-agent: error: {_one_line(str(e))}", file=sys.stderr)
         return code
+
+
+def _one_line(message: str, limit: int = 2000) -> str:
+    """An error message as one terminal line: what it quotes from a file (a tensor name, a
+    key) may hold newlines or escape sequences, and may be long."""
+    from .core.shown import shown
+
+    text = shown(message, keep_newlines=False)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _dispatch(args, cfg, parser) -> int:

@@ -66,14 +66,14 @@ def open_regular(path: Path | str, max_bytes: int | None = None, follow: bool = 
         raise
     except OSError as e:
         if e.errno == _ERRNO_LOOP and not follow:
-            raise InputError(f"{path}: is a symbolic link (not followed here)") from None
-        raise InputError(f"{path}: cannot open ({e.strerror or e})") from None
+            raise _bad(str(path), "is a symbolic link (not followed here)") from None
+        raise _bad(str(path), f"cannot open ({e.strerror or e})") from None
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise InputError(f"{path}: is {_describe(st.st_mode)}, not a regular file")
+            raise _bad(str(path), f"is {_describe(st.st_mode)}, not a regular file")
         if max_bytes is not None and st.st_size > max_bytes:
-            raise InputError(f"{path}: {st.st_size} bytes, more than the {max_bytes} allowed")
+            raise _bad(str(path), f"{st.st_size} bytes, more than the {max_bytes} allowed")
         os.set_blocking(fd, True)
         f = os.fdopen(fd, "rb")
         f.raw.name = str(path)  # readers that pick a format by name (mx.load) see the path
@@ -89,9 +89,9 @@ def read_bytes(path: Path | str, max_bytes: int, follow: bool = True) -> bytes:
         try:
             data = f.read(max_bytes + 1)
         except OSError as e:
-            raise InputError(f"{path}: cannot read ({e.strerror or e})") from None
+            raise _bad(str(path), f"cannot read ({e.strerror or e})") from None
     if len(data) > max_bytes:  # it grew after the size check
-        raise InputError(f"{path}: more than the {max_bytes} bytes allowed")
+        raise _bad(str(path), f"more than the {max_bytes} bytes allowed")
     return data
 
 

@@ -81,8 +81,11 @@ def lookup(root: Path, sha256: str, fmt: str) -> tuple[Path, dict[str, Any]] | N
         return None
     except InputError as e:
         why = str(e)
-    if not why and not (folder / "model.safetensors").is_file():
-        why = "model.safetensors is missing"
+    if not why:
+        weights = folder / "model.safetensors"
+        why = "" if weights.is_file() and not weights.is_symlink() else (
+            "model.safetensors is not a regular file" if os.path.lexists(weights)
+            else "model.safetensors is missing")
     if why:
         discard(folder, why)
         return None

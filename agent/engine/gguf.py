@@ -52,19 +52,24 @@ _ARG_CAPS = {"hidden_size": 1 << 16, "num_hidden_layers": 1 << 10, "intermediate
              "vocab_size": 1 << 22, "max_position_embeddings": 1 << 24, "head_dim": 1 << 12}
 
 
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
 def check_args(args: Any, what: str) -> None:
     """ModelLoadError unless `args` (an `args_dict`, from a file or a cache manifest) has
     whole numbers within caps and positive finite floats: the model is built from them."""
     if not isinstance(args, dict) or not isinstance(args.get("model_type"), str):
-        raise ModelLoadError(f"{what}: model arguments are missing or not an object")
+        raise ModelLoadError(f"{what}: model arguments are not an object with a model_type string")
     for key, cap in _ARG_CAPS.items():
         v = args.get(key, 1)
         if type(v) is not int or not 0 < v <= cap:
-            raise ModelLoadError(f"{what}: model argument {key} = {v!r} is out of range (1..{cap})")
+            raise ModelLoadError(f"{what}: model argument {key} = {_short(v)} is out of range (1..{cap})")
     for key in ("rms_norm_eps", "rope_theta"):
         v = args.get(key, 1.0)
         if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v < float("inf"):
-            raise ModelLoadError(f"{what}: model argument {key} = {v!r} is out of range")
+            raise ModelLoadError(f"{what}: model argument {key} = {_short(v)} is out of range")
 
 
 def model_args(header: GGUFHeader) -> dict[str, Any]:

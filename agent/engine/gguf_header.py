@@ -126,8 +126,10 @@ def read_header(path: Path) -> GGUFHeader:
 def _parse(path: Path) -> GGUFHeader:
     head, size = _read_head(path)
     r = _Reader(head, path)
-    if size < 24 or head[:4] != b"GGUF":
+    if head[:4] != b"GGUF":
         raise ModelLoadError(f"{path}: not a GGUF file (bad magic)")
+    if size < 24:
+        raise ModelLoadError(f"{path}: not a GGUF file (truncated: {size} bytes)")
     r.pos = 4
     version = r.take("I")
     if version not in (2, 3):

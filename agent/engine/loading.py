@@ -129,11 +129,25 @@ def _check_folder_json(folder: Path) -> None:
     size and nesting caps) before mlx-lm and transformers parse them without limits."""
     for name in _FOLDER_JSON:
         try:
-            read_json(folder / name)
+            doc = read_json(folder / name)
         except FileNotFoundError:
             continue
         except InputError as e:
             raise ModelLoadError(str(e)) from None
+        if name == "config.json":
+            _check_config(doc, folder / name)
+
+
+def _check_config(config: Any, path: Path) -> None:
+    """ModelLoadError unless `config` is an object with a `model_type` and its sizes are whole
+    numbers within the caps GGUF files get (mlx-lm builds the model from them unchecked);
+    a null stands for an absent key, and the context length is not capped (nothing is sized by it)."""
+    from .gguf import check_args
+
+    if not isinstance(config, dict):
+        raise ModelLoadError(f"{path}: not a JSON object")
+    args = {k: v for k, v in config.items() if v is not None and k != "max_position_embeddings"}
+    check_args(args, str(path))
 
 
 def _wrap_tokenizer(hf_tokenizer, eos_ids: list[int] | None = None):
@@ -165,6 +179,9 @@ def load_model(ref: str, device: str = "auto", dense: bool | None = None, cache:
             model, tokenizer = mlx_load(str(where))
         except (FileNotFoundError, ValueError, OSError) as e:
             raise ModelLoadError(f"cannot load model {where}: {e}") from e
+        except (TypeError, KeyError, AttributeError, IndexError, AssertionError, OverflowError,
+                MemoryError) as e:  # a config value mlx-lm cannot build a model from
+            raise ModelLoadError(f"cannot load model {where}: {type(e).__name__}: {e}") from e
         if dense:
             densify_f32(model)
         name = name or Path(str(where)).name

@@ -123,7 +123,7 @@ class DiskTier:
         except FileNotFoundError:
             return None
         except (OSError, *_DATA_ERRORS) as e:
-            self._reject(path, f"unreadable header: {e}")
+            self._reject(path, f"unreadable header: {e.why if isinstance(e, InputError) else e}")
             return None
         value = (tokens, meta.get("0.trimmable") == "1")
         with self._lock:
