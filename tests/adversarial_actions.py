@@ -192,7 +192,10 @@ def _alive(pid: str) -> bool:
 
 def orphans(repo: Path, case: dict, tmp: Path) -> dict[str, Any]:
     """Start a tool call in a child Python that then exits at once (as if killed): are the
-    processes that call started gone soon after?"""
+    processes that call started gone soon after? With `agent`, the agent itself runs (see
+    `agent_orphans`)."""
+    if "agent" in case:
+        return agent_orphans(repo, case["agent"], tmp)
     call = case["call"]
     pids = tmp / "pids.txt"
     code = _PARENT.format(root=str(Path(__file__).parents[1]), repo=str(repo), pids=str(pids),
@@ -210,3 +213,78 @@ def orphans(repo: Path, case: dict, tmp: Path) -> dict[str, Any]:
         except OSError:
             pass
     return {"started": len(started), "orphans": len(left)}
+
+
+_SERVER = """
+import subprocess, sys
+sys.path.insert(0, {tests!r})
+subprocess.run(["sh", "-c", {spawn!r}], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+               stderr=subprocess.DEVNULL)
+import mcp_fixture_server
+mcp_fixture_server.serve()
+"""
+
+
+def _matching(marker: str) -> list[int]:
+    """Live processes whose command line contains `marker`."""
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and _alive(pid):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    line = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+            except OSError:
+                continue
+            if marker in line and "pytest" not in line:
+                out.append(int(pid))
+    return out
+
+
+def agent_orphans(repo: Path, spec: dict, tmp: Path) -> dict[str, Any]:
+    """`spec-agent -p --yes` (scripted model: one run_shell call) with the user's PreToolUse
+    `hook` (a shell command) and an MCP server that first runs `server` (a shell command);
+    the agent then ends by itself, or with `kill` is SIGKILLed once `count` processes whose
+    command lines hold `marker` run. Returns how many of those are left 5 s later."""
+    tests = Path(__file__).parent
+    folder = tmp / "xdg" / "spec-agent"
+    folder.mkdir(parents=True, exist_ok=True)
+    config = ""
+    if spec.get("hook"):
+        config += f"[[hooks.PreToolUse]]\ncommand = {json.dumps(spec['hook'])}\ntimeout_s = 120\n\n"
+    if spec.get("server"):
+        code = _SERVER.format(tests=str(tests), spawn=spec["server"])
+        config += (f"[mcp.servers.adv]\ncommand = {json.dumps(sys.executable)}\n"
+                   f"args = [\"-c\", {json.dumps(code)}]\n")
+    (folder / "config.toml").write_text(config)
+    from scripted import call as tool_call
+
+    env = {**os.environ, "XDG_CONFIG_HOME": str(tmp / "xdg"),
+           "SCRIPTED_TURNS": json.dumps([tool_call("run_shell", command="true"), "Done."])}
+    proc = subprocess.Popen([sys.executable, str(tests / "scripted_cli.py"), "-p", "go", "--yes",
+                             "--sandbox", "off", "-C", str(repo)], env=env, start_new_session=True,
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    seen: dict[str, Any] = {}
+    started: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while proc.poll() is None and time.monotonic() < deadline:
+            started |= set(_matching(spec["marker"]))
+            if spec.get("kill") and len(started) >= spec.get("count", 1):
+                proc.kill()
+            time.sleep(0.05)
+        proc.wait(5)
+    finally:
+        proc.kill()
+    deadline = time.monotonic() + 5.0
+    while _matching(spec["marker"]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = _matching(spec["marker"])
+    for pid in left:  # do not leave them running after the test
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    seen["started"] = len(started)
+    seen["orphans"] = len(left) if started else None  # nothing seen running: the case tests nothing
+    return seen
