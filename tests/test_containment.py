@@ -279,3 +279,51 @@ def test_write_file_refuses_the_git_folders_of_nested_repositories(tmp_path, pat
     r = call_tool("edit_file", {"path": path, "edits": [{"old": "[core]", "new": "[x]"}]}, ctx)
     assert not r.ok
     assert call_tool("write_file", {"path": "store.txt", "content": "fine\n"}, ctx).ok
+
+
+# ---- grep: a short time limit, and a result that says it was cut ------------------------------
+
+def test_grep_is_cut_within_its_short_limit_and_says_so_with_what_it_found(tmp_path):
+    from tools import ToolContext, call_tool, grep
+
+    assert grep.TIME_LIMIT_S <= 5
+    repo = make_repo(tmp_path / "repo", SAMPLE)
+    (repo / "a.txt").write_text("aaab\n")  # found first
+    (repo / "b.txt").write_text("a" * 5000 + "\n")  # then the pattern backtracks for hours
+    t0 = time.monotonic()
+    r = call_tool("grep", {"pattern": "(a+)+b", "glob": "*.txt"}, ToolContext(repo))
+    assert time.monotonic() - t0 < grep.TIME_LIMIT_S + 3
+    assert not r.ok and f"cut after {grep.TIME_LIMIT_S:g}s" in r.output
+    assert "a.txt:1: aaab" in r.output
+
+
+def test_grep_time_limit_counts_from_the_call(tmp_path, monkeypatch):
+    from tools import ToolContext, call_tool, grep
+
+    repo = make_repo(tmp_path / "repo", SAMPLE)
+    (repo / "b.txt").write_text("a" * 5000 + "\n")
+    picked = grep.select
+
+    def slow_select(*args):  # picking the files takes the whole limit
+        time.sleep(grep.TIME_LIMIT_S)
+        return picked(*args)
+
+    monkeypatch.setattr(grep, "select", slow_select)
+    t0 = time.monotonic()
+    r = call_tool("grep", {"pattern": "(a+)+b"}, ToolContext(repo))
+    assert not r.ok and "cut after" in r.output
+    assert time.monotonic() - t0 < grep.TIME_LIMIT_S + grep.MIN_SEARCH_S + 2
+
+
+def test_grep_says_which_files_were_too_big_and_stays_quick(tmp_path):
+    from tools import ToolContext, call_tool, grep
+
+    repo = make_repo(tmp_path / "repo", SAMPLE)
+    with open(repo / "huge.log", "wb") as f:  # sparse: 1 GiB that takes no disk
+        f.write(b"needle\n")
+        f.truncate(1 << 30)
+    t0 = time.monotonic()
+    r = call_tool("grep", {"pattern": "needle|def add"}, ToolContext(repo))
+    assert r.ok and "calc.py:1:" in r.output
+    assert "1 file over" in r.output and "not searched" in r.output
+    assert time.monotonic() - t0 < grep.TIME_LIMIT_S
