@@ -68,6 +68,17 @@ class Completion:
 
 
 PROGRESS_EVERY_S = 0.2  # DecodeProgress at most this often (5 Hz)
+# A cancel is checked between prefill chunks, so a chunk bounds how long Esc takes. Chunks are
+# sized by the time the last one took, to about PREFILL_TARGET_S, in multiples of
+# PREFILL_STEP tokens up to `Session.prefill_chunk`; the tokens short of a multiple join the
+# last chunk. Measured on the 2-core CPU (Qwen2.5-Coder-0.5B, OpenBLAS SkylakeX): 128 tokens took
+# 0.5-0.85 s at 0-8k tokens of context and 64 tokens 1.5-1.9 s at 16k with the machine loaded,
+# 512 tokens 2-5.6 s. There every split into multiples of 64 gave bit-identical caches and
+# logits (32 did not), and so did one whose last chunk also takes the remainder; the remainder
+# fed alone (fewer than 64 rows) did not: the timing picks the chunks, not the numbers.
+PREFILL_TARGET_S = 0.5
+PREFILL_STEP = 64
+PREFILL_FIRST = 128  # the first chunk, before a chunk was timed
 TPS_WINDOW_S = 2.0  # DecodeProgress.tps is measured over about this long
 
 
@@ -90,6 +101,14 @@ class _Tally:
         return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
 
 
+def next_chunk(n: int, took: float, step: int, largest: int) -> int:
+    """The next prefill chunk's size after one of `n` tokens took `took` seconds: about
+    PREFILL_TARGET_S at that pace, a multiple of `step` from `step` to `largest`, at most
+    twice `n` (one fast, noisy chunk does not make the next one long)."""
+    want = int(n * PREFILL_TARGET_S / took) // step * step if took > 0 else 2 * n
+    return max(step, min(largest, 2 * n, want))
+
+
 class Session:
     """Per-conversation engine state. Not thread-safe: one generation at a time."""
 
@@ -97,9 +116,8 @@ class Session:
                  store: PrefixStore | None = None, kv_bits: int = 0):
         self.target = target
         self.tokenizer = target.tokenizer
-        # Cancels are checked between chunks, so a chunk bounds a cancel's delay; 512 tokens
-        # is ~1-2 s on a 2-core CPU, and at 4k tokens smaller chunks prefill ~1.8x slower
-        # (more passes over the cached keys and smaller matrix products).
+        # the largest prefill chunk (see PREFILL_TARGET_S): larger ones are faster per token
+        # where they take little time, smaller ones let a cancel act sooner
         self.prefill_chunk = prefill_chunk or 512
         self.tokens: list[int] = []  # full history: prompts and generated tokens
         self.tcache = ModelCache(target, kv_bits)
@@ -204,7 +222,9 @@ class Session:
         """Stream one model turn for `prompt`. Stops at EOS (`stop_tokens` replaces the EOS
         set when given), after `max_tokens`, once the text contains a `stop_strings` entry
         (the text is cut right after it; finish_reason "stop_string"), or when `cancel` is
-        set (checked between prefill chunks and between decoding rounds; "cancelled").
+        set (checked between prefill chunks of about PREFILL_TARGET_S and between decoding
+        rounds; "cancelled": a prefill cut short keeps the chunks fed in the session's cache,
+        a prefix of the prompt, but hands the prefix store nothing).
         `watch` sees every generated token in order; when it returns a reason, the turn ends
         right after that token with that finish_reason, wherever the token fell in a batch of
         accepted drafts (so the output never depends on how rounds were cut).
@@ -227,18 +247,20 @@ class Session:
         tally = _Tally()
         mx.reset_peak_memory()
         cancel = cancel or CancelToken()
-        finish, cached = "cancelled", 0
+        finish, cached, prefilled = "cancelled", 0, False
         try:
             cached = self._reuse_prefix(prompt)
             yield from self._prefill(prompt[cached:-1], cancel)
             if cancel.cancelled:
                 yield self._stats(prompt, cached, tally, "cancelled")
                 return
+            prefilled = True
             finish = yield from self._stream(prompt[-1], params, constraint, stop, stop_strings,
                                              cancel, watch, tally, max_tokens)
         finally:
             self._reconcile()
-            self._remember(prompt)
+            if prefilled:  # (a prompt's part, cut by a cancel, is not worth a store entry)
+                self._remember(prompt)
         yield self._stats(prompt, cached, tally, finish)
 
     def _stream(self, pending: int, params: SamplingParams, constraint, stop: set[int],
@@ -339,15 +361,24 @@ class Session:
         )
 
     def _prefill(self, todo: Sequence[int], cancel: CancelToken) -> Iterator[PrefillProgress]:
-        """Feed the uncached prompt tokens (all but the last) in chunks, reporting progress
-        when there is more than one chunk; stops between chunks when cancelled."""
-        for start in range(0, len(todo), self.prefill_chunk):
+        """Feed the uncached prompt tokens (all but the last) in chunks of about
+        PREFILL_TARGET_S (`next_chunk`; the tokens short of a whole step join the last one),
+        reporting progress when there is more than one; stops between chunks when cancelled.
+        Chunks start at multiples of the step from the first token fed."""
+        step = max(1, min(PREFILL_STEP, self.prefill_chunk))
+        largest = max(step, self.prefill_chunk // step * step)
+        size = min(largest, max(step, PREFILL_FIRST // step * step))
+        done, end, chunks = 0, len(todo), 0
+        while done < end:
             if cancel.cancelled:
                 return
-            piece = list(todo[start : start + self.prefill_chunk])
-            prefill(self.target.model, piece, self.tcache.cache, chunk=len(piece))
-            if len(todo) > self.prefill_chunk:
-                yield PrefillProgress(min(start + self.prefill_chunk, len(todo)), len(todo))
+            n = size if end - done - size >= step else end - done
+            t = time.perf_counter()
+            prefill(self.target.model, todo[done : done + n], self.tcache.cache, chunk=n)
+            size = next_chunk(n, time.perf_counter() - t, step, largest)
+            done, chunks = done + n, chunks + 1
+            if done < end or chunks > 1:
+                yield PrefillProgress(done, end)
 
     def _decode(
         self, pending: int, params: SamplingParams, constraint, cancel: CancelToken
