@@ -54,6 +54,7 @@ RANGES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "max_fix_rounds": (lambda v: 0 <= v <= 10, "between 0 (off) and 10"),
     "resample_temperature": (lambda v: 0 <= v <= 2, "between 0 (off) and 2"),
     "repo_map_tokens": (lambda v: 0 <= v <= 16384, "between 0 (off) and 16384"),
+    "auto_attach_tokens": (lambda v: 0 <= v <= 131072, "between 0 (none) and 131072"),
     "base_url": (lambda v: v == "" or v.startswith(("http://", "https://")),
                  "an http:// or https:// URL"),
 }

@@ -83,6 +83,10 @@ class Config:
     # with attach_mentioned, a larger repository's first message carries a map of the files
     # most relevant to it (their definitions), at most this many tokens; 0 = off
     repo_map_tokens: int = 1024
+    # with attach_mentioned, files a message does not name but mentions names defined in
+    # (never docs, change logs, licences, metadata or lock files) are attached up to this many
+    # tokens in all (characters / 3); the rest are listed as not attached. 0 = none
+    auto_attach_tokens: int = 4096
     suffix_index: bool = True  # lookup also drafts from this repository's earlier replies
     # environment variables shell commands get beyond the allowlist (tools/environ.py), e.g.
     # "MY_TOOL_TOKEN, NPM_*"; credentials (*_KEY, *_TOKEN, *_SECRET, ...) only when named here

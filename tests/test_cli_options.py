@@ -141,12 +141,13 @@ def test_readme_config_defaults_match_the_loader():
 def test_readme_output_schema_lists_every_event_and_field():
     import dataclasses as dc
 
-    from agent.events import AgentResult, ContextCompacted, GenerationStats, TurnStats, _snake
+    from agent.events import (AgentResult, ContextAttached, ContextCompacted, GenerationStats,
+                              TurnStats, _snake)
     from agent.ui.render import _STREAMED
 
     section = README[README.index("### Output schema"):]
     section = section[:section.index("\n## ")]
-    for cls in (*_STREAMED, ContextCompacted, AgentResult):
+    for cls in (*_STREAMED, ContextCompacted, ContextAttached, AgentResult):
         name = "result" if cls is AgentResult else _snake(cls.__name__)
         row = next((r for r in section.splitlines() if r.startswith(f"| `{name}` |")), None)
         assert row, name

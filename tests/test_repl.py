@@ -188,7 +188,7 @@ def test_mentions_are_attached(git_repo, repls):
     repl = make(git_repo, ["Seen."])
     repls.append(repl)
     repl.handle_line("look at @calc.py")
-    assert "(attached calc.py)" in repl.out.getvalue()
+    assert "(attached calc.py (" in repl.out.getvalue()  # with its size
     assert '<file path="calc.py">' in repl.rt.model.seen[0][-1]["content"]
 
 

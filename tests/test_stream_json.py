@@ -192,6 +192,9 @@ def test_the_sdk_drives_spec_agent_as_its_cli(git_repo, tmp_path):
         return [m async for m in query(prompt="what is in calc.py?", options=opts)]
 
     msgs = anyio.run(collect)
+    listed = [m for m in msgs if getattr(m, "subtype", "") == "context_attached"]
+    assert len(listed) == 1 and "file listing" in listed[0].data["message"]  # with its size
+    msgs = [m for m in msgs if m not in listed]
     kinds = [type(m).__name__ for m in msgs]
     assert kinds == ["SystemMessage", "AssistantMessage", "UserMessage", "AssistantMessage",
                      "ResultMessage"], kinds

@@ -16,6 +16,13 @@ could attach, the first message also carries a repository map (agent/core/repoma
 definitions in the files most relevant to the message, at most `repo_map_tokens` tokens
 (ToolContext.repo_map_tokens, from the config; 0 = none).
 
+What the user did not name is bounded and shown: files attached because the message mentions
+names defined in them come to at most `budget` tokens (characters / 3; the
+`auto_attach_tokens` config key), the rest are listed as not attached, and documentation,
+change logs, licences, package metadata and lock files (`is_doc`) are never searched or
+attached unless the message names them. `attach` returns what it added with sizes, and its
+`ContextAttached` event lists it for every UI.
+
 Only files git lists (ignored files are not attached) are considered. A file is read under the
 same confinement and special-file rules as the read_file tool (nothing outside the repository,
 never a FIFO or device), binary files are skipped, and a big file is read only as far as is
@@ -25,10 +32,14 @@ attached.
 from __future__ import annotations
 
 import codecs
+import fnmatch
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from ..events import ContextAttached
 
 MENTION = re.compile(r"(?<![\w@])@([\w./\-]+)")
 WORD = re.compile(r"[\w./\-]+")
@@ -37,6 +48,15 @@ MAX_ATTACH_CHARS = 20_000  # per file
 MAX_MENTIONED = 6  # files attached by plain mention, per message
 MAX_MENTIONED_CHARS = 40_000  # their total
 MAX_LISTED = 60  # files named in a conversation's first message
+AUTO_ATTACH_TOKENS = 4096  # files the message does not name, in all (the auto_attach_tokens key)
+# Files searched for names or attached only when a message names them: documentation, change
+# logs, licences, package metadata, lock files (they mention every name and help little).
+DOC_NAMES = ("readme*", "changelog*", "changes*", "history*", "news*", "authors*",
+             "contributors*", "contributing*", "licen[cs]e*", "copying*", "notice*",
+             "code_of_conduct*", "security*", "pkg-info", "*.md", "*.markdown", "*.rst",
+             "*.txt", "*.adoc", "*.org", "*.lock", "package-lock.json", "npm-shrinkwrap.json",
+             "pnpm-lock.yaml", "go.sum", "*.min.js", "*.map")
+DOC_DIRS = ("*.egg-info", "*.dist-info")
 IDENT = re.compile(r"`([^`\s]+)`|(?<![\w.])([A-Za-z_]\w*)(?![\w.])")
 # A plain word is a code name where the text says what kind of name it is: "the function area",
 # "a method called load" (a kind word, optionally "called"/"named", then the name).
@@ -66,63 +86,174 @@ def repo_files(ctx: Any) -> list[str]:
     return listing(ctx)
 
 
+def is_doc(path: str) -> bool:
+    """Whether repo file `path` is documentation, a change log, a licence, package metadata or
+    a lock file (DOC_NAMES, DOC_DIRS; case-insensitive): never searched for names or attached
+    unless a message names it."""
+    *dirs, name = path.lower().split("/")
+    return (any(fnmatch.fnmatchcase(name, p) for p in DOC_NAMES)
+            or any(fnmatch.fnmatchcase(d, p) for d in dirs for p in DOC_DIRS))
+
+
+Sizes = tuple[tuple[str, int], ...]  # (what, characters)
+
+
+@dataclass(frozen=True)
+class Attached:
+    """What `attach` added to a message (sizes in characters)."""
+
+    text: str  # the message with what was added
+    named: Sizes = ()  # files the message names: `@path`, a repository path, a file name
+    found: Sizes = ()  # files defining names the message mentions (at most `budget` tokens)
+    left_out: Sizes = ()  # files not attached: over `budget` (or MAX_MENTIONED_CHARS)
+    extras: Sizes = ()  # the file listing, the repository map, the lines where names occur
+    budget: int = AUTO_ATTACH_TOKENS
+
+    @property
+    def paths(self) -> list[str]:
+        return [p for p, _ in (*self.named, *self.found)]
+
+    def attached_line(self) -> str:
+        """`attached a.py (1.2k chars), ...`: the files attached, with sizes; "" when none."""
+        got = (*self.named, *self.found)
+        return "attached " + ", ".join(f"{p} ({size(n)})" for p, n in got) if got else ""
+
+    def event(self) -> ContextAttached | None:
+        """The event that lists what was added and left out; None when nothing was."""
+        added = (*self.named, *self.found, *self.extras)
+        if not added and not self.left_out:
+            return None
+        return ContextAttached(notice(added, self.left_out, self.budget), added, self.left_out,
+                               self.budget)
+
+
+def notice(added: Sizes, left_out: Sizes, budget: int) -> str:
+    """One line: what was added to a message, with sizes, and the files left out."""
+    parts = []
+    if added:
+        total = sum(approx_tokens(n) for _, n in added)
+        parts.append("added to the message: " + ", ".join(f"{p} ({size(n)})" for p, n in added)
+                     + f"; ~{total} tokens in all")
+    if left_out:
+        parts.append(f"not attached (over the {budget}-token budget for files the message does "
+                     "not name): " + ", ".join(f"{p} ({size(n)})" for p, n in left_out)
+                     + "; @PATH or /add PATH attaches one")
+    return "; ".join(parts)
+
+
+def approx_tokens(chars: int) -> int:
+    """Tokens `chars` characters take, estimated as characters / 3 (as core/repomap.py)."""
+    return -(-chars // 3)
+
+
+def size(chars: int) -> str:
+    return f"{chars / 1000:.1f}k chars" if chars >= 1000 else f"{chars} chars"
+
+
 def attach_mentions(text: str, ctx: Any, plain: bool = False,
                     listing: bool = False) -> tuple[str, list[str]]:
+    """`attach` with the default budget, as (message, attached paths)."""
+    got = attach(text, ctx, plain, listing)
+    return got.text, got.paths
+
+
+def attach(text: str, ctx: Any, plain: bool = False, listing: bool = False,
+           budget: int = AUTO_ATTACH_TOKENS) -> Attached:
     """`text` with the contents of every `@path` naming a repository file appended (and, with
     `plain`, of every repository file the text names without `@`, and the lines and files
-    where its code names occur); returns (message, attached paths). A file already attached to
-    `text` is not attached again. `listing`: the repository's files are listed (and, when
-    `too_big`, mapped: agent/core/repomap.py) between the text and the attachments (a
-    conversation's first message)."""
+    where its code names occur, those files `budget` tokens at most and no `is_doc` file).
+    A file already attached to `text` is not attached again. `listing`: the repository's
+    files are listed (and, when `too_big`, mapped: agent/core/repomap.py) between the text
+    and the attachments (a conversation's first message)."""
     files = repo_files(ctx)
     known = set(files)
     explicit = [m.group(1).rstrip(".,;:") for m in MENTION.finditer(text)]
-    wanted = [p for p in explicit if p in known]
-    preface = []
-    found: dict[str, str] = {}  # files read while looking up names: path -> text
-    named: list[str] = []
-    if plain:
-        named = _named(text, files, known)
-        # Names are looked up in the files the message does not name (those come whole).
-        others = [f for f in files if f not in named and f not in wanted]
-        names = symbols(text)
-        # A plain word the text calls a function, class, ... is looked up only where a file
-        # defines it ("the function area"; not "the function returns", "constant time").
-        plain = {w for _, w in _kinded(text)} - set(_shaped(text))
-        if plain & set(names):
-            known_defs = defined_somewhere(ctx.root, files, plain & set(names))
-            names = [n for n in names if n not in plain or n in known_defs]
-        hits, found = symbol_hits(ctx.root, others, names)
-        wanted += list(dict.fromkeys(named + list(found)))[:MAX_MENTIONED]
-        if hits:
-            preface.append(ADDED[2].strip() + "\n" + "\n".join(hits))
-    attached, blocks, total = [], [], 0
-    for path in dict.fromkeys(wanted):
+    explicit = [p for p in explicit if p in known]
+    named, found, hits = _lookup(text, ctx, files, explicit) if plain else ([], {}, [])
+    taken, left = _choose(text, ctx.root, (explicit, named), found, budget)
+    preface, extras = [], []
+    if listing and files:
+        shown = {*taken, *ATTACHED.findall(text)}  # their whole text is in the message
+        preface = _head(text, ctx, files, [p for p in [*explicit, *named] if p in known], shown)
+        extras += zip(("file listing", "repository map"), map(len, preface))
+    if hits:
+        preface.append(ADDED[2].strip() + "\n" + "\n".join(hits))
+        extras.append((f"{len(hits)} lines where its names occur", len(preface[-1])))
+    text = "\n\n".join([text, *preface])
+    if taken:
+        text += ADDED[3] + "\n" + "\n".join(f'<file path="{p}">\n{c}\n</file>'
+                                            for p, c in taken.items())
+    return Attached(text, tuple((p, len(c)) for p, c in taken.items() if p not in found),
+                    tuple((p, len(c)) for p, c in taken.items() if p in found), tuple(left),
+                    tuple(extras), budget)
+
+
+def _lookup(text: str, ctx: Any, files: list[str],
+            explicit: list[str]) -> tuple[list[str], dict[str, str], list[str]]:
+    """(the repository files `text` names without `@`; the files where its code names occur,
+    with their text; `path:line: text` of those lines). Names are looked up in the files the
+    message does not name (those come whole) and never in `is_doc` files."""
+    named = _named(text, files, set(files))
+    others = [f for f in files if f not in named and f not in explicit and not is_doc(f)]
+    names = symbols(text)
+    # A plain word the text calls a function, class, ... is looked up only where a file
+    # defines it ("the function area"; not "the function returns", "constant time"); a named
+    # file counts (shapes.py defining the area it is asked to rename), a doc file does not.
+    plain = {w for _, w in _kinded(text)} - set(_shaped(text))
+    if plain & set(names):
+        code = [f for f in files if not is_doc(f)]
+        known_defs = defined_somewhere(ctx.root, code, plain & set(names))
+        names = [n for n in names if n not in plain or n in known_defs]
+    hits, found = symbol_hits(ctx.root, others, names)
+    return named, found, hits
+
+
+def _choose(text: str, root: Path, named: tuple[list[str], list[str]], found: dict[str, str],
+            budget: int) -> tuple[dict[str, str], list[tuple[str, int]]]:
+    """({path: text} of the files to attach, [(path, characters)] of those left out). The files
+    `named` (with `@`, without) come first and whole: `@path` ones always, the others
+    (MAX_MENTIONED of them) while all files without `@` stay under MAX_MENTIONED_CHARS; then
+    the `found` ones (as many as make MAX_MENTIONED with those) while they also stay under
+    `budget` tokens."""
+    explicit = list(dict.fromkeys(named[0]))
+    plain = [p for p in dict.fromkeys(named[1]) if p not in explicit][:MAX_MENTIONED]
+    extra = [p for p in found if p not in plain][:max(0, MAX_MENTIONED - len(plain))]
+    taken: dict[str, str] = {}
+    left: list[tuple[str, int]] = []
+    total = spent = 0  # characters without `@`; of found files
+    for path in dict.fromkeys([*explicit, *plain, *extra]):
         if f'<file path="{path}">' in text:
             continue
-        content = found[path] if path in found else attachment(ctx.root, path)
+        content = found[path] if path in found else attachment(root, path)
         if content is None:
             continue
-        if path not in explicit and total + len(content) > MAX_MENTIONED_CHARS:
+        mine = path in explicit
+        over = not mine and total + len(content) > MAX_MENTIONED_CHARS
+        if path in extra and not over:
+            over = approx_tokens(spent + len(content)) > budget
+        if over:
+            left.append((path, len(content)))
             continue
-        total += len(content) if path not in explicit else 0
-        attached.append(path)
-        blocks.append(f'<file path="{path}">\n{content}\n</file>')
-    if listing and files:
-        budget = int(getattr(ctx, "repo_map_tokens", 0) or 0)
-        shown = {*attached, *ATTACHED.findall(text)}  # their whole text is in the message
-        outline = ""
-        if budget > 0 and too_big(ctx.root, files):
-            from .repomap import repo_map
+        total += 0 if mine else len(content)
+        spent += len(content) if path in extra else 0
+        taken[path] = content
+    return taken, left
 
-            typed = typed_text(text)
-            outline = repo_map(ctx.root, files, typed, budget, names=symbols(typed),
-                               named=[p for p in [*explicit, *named] if p in known], exclude=shown)
-        preface[:0] = [file_listing(files), *([outline] if outline else [])]
-    text = "\n\n".join([text, *preface])
-    if not blocks:
-        return text, []
-    return text + ADDED[3] + "\n" + "\n".join(blocks), attached
+
+def _head(text: str, ctx: Any, files: list[str], named: list[str], shown: set[str]) -> list[str]:
+    """What a conversation's first message begins with after its text: the file listing and,
+    for a repository too big to list or attach (`too_big`), its map (`repo_map_tokens`)."""
+    head = [file_listing(files)]
+    limit = int(getattr(ctx, "repo_map_tokens", 0) or 0)
+    if limit > 0 and too_big(ctx.root, files):
+        from .repomap import repo_map
+
+        typed = typed_text(text)
+        outline = repo_map(ctx.root, files, typed, limit, names=symbols(typed), named=named,
+                           exclude=shown)
+        if outline:
+            head.append(outline)
+    return head
 
 
 def too_big(root: Path, files: list[str]) -> bool:

@@ -40,7 +40,7 @@ from .budget import Budget
 from .snapshots import SnapshotError, SnapshotStore
 from .callformat import ParsedCall, format_result, parse_calls, strip_calls
 from .preview import approval_request, scope_keys
-from .attach import ADDED, ATTACHED, attach_mentions, typed_text
+from .attach import ADDED, ATTACHED, attach, typed_text
 from .prompt import system_prompt
 from .resample import at_temperature, can_resample
 from .searchreplace import FIX_HOW, apply_edits, is_edit_fence, parse_edits, whole_fixes, whole_verdict
@@ -221,6 +221,11 @@ class Conversation:
         self._append({"role": "user", "content": text})
 
     @property
+    def last_request(self) -> int:
+        """The index of the last message `send` added (-1: none yet in this process)."""
+        return self._request
+
+    @property
     def user_messages(self) -> int:
         return sum(1 for m in self.messages if m["role"] == "user")
 
@@ -253,7 +258,11 @@ class Conversation:
         if said:  # the failures it speaks of, as the tests show them now
             text += yield from self._tests_now(run)
         if self.cfg.attach_mentioned:
-            text, _ = attach_mentions(text, self.ctx, plain=True, listing=self.user_messages == 0)
+            got = attach(text, self.ctx, plain=True, listing=self.user_messages == 0,
+                         budget=self.cfg.auto_attach_tokens)
+            text, shown = got.text, got.event()
+            if shown is not None:  # what was added beyond the text, with sizes
+                yield shown
         self._append({"role": "user", "content": text})
         run.base = len(self.messages)
         run.request, self._request = self._request, run.base - 1

@@ -17,8 +17,9 @@ import json
 from typing import IO, Any
 
 from ..core.shown import shown
-from ..events import (AgentResult, ApprovalRequired, AssistantMessage, CheckRun, Event, GenerationStats,
-                      GitAction, PrefillProgress, RunStopped, SpeculationChanged, TextDelta,
+from ..events import (AgentResult, ApprovalRequired, AssistantMessage, CheckRun, ContextAttached,
+                      Event, GenerationStats, GitAction, PrefillProgress, RunStopped,
+                      SpeculationChanged, TextDelta,
                       ToolCallFinished, ToolCallStarted, TurnStats, Warning)
 from ..exit_codes import TABLE
 
@@ -47,6 +48,12 @@ def _server_stats(s: GenerationStats) -> str:
     if s.drafted:
         parts.append(f"server drafts: {s.accepted}/{s.drafted} accepted")
     return "[" + ", ".join(parts) + "]"
+
+
+def warning_line(ev: Warning) -> str:
+    """One line for a warning (every UI); what was added to a message is `context:`, not a
+    warning."""
+    return f"{'context' if isinstance(ev, ContextAttached) else 'warning'}: {ev.message}"
 
 
 def check_line(ev: CheckRun) -> str:
@@ -143,7 +150,7 @@ class Renderer:
         elif isinstance(ev, GitAction):
             msg = f"git: {ev.message}"
         elif isinstance(ev, Warning):
-            msg = f"warning: {ev.message}"
+            msg = warning_line(ev)
         elif isinstance(ev, SpeculationChanged) and self.stats:
             msg = (f"speculation {'on, K=' + str(ev.k) if ev.enabled else 'off'}: {ev.reason}")
         elif isinstance(ev, TurnStats) and self.stats:

@@ -37,6 +37,7 @@ from prompt_toolkit.layout.controls import FormattedTextControl
 from prompt_toolkit.styles import Style
 
 from ..cancel import CancelToken
+from ..core.attach import attach
 from ..core.shown import plain_output, shown
 from ..events import AgentResult, ApprovalRequest
 from . import custom_commands, inputs, slash
@@ -143,10 +144,10 @@ class Repl:
         if text.startswith("!"):
             self._shell(text[1:].strip())
             return True
-        message, attached = inputs.attach_mentions(text, self.rt.ctx)
-        if attached:
-            self.write(f"(attached {', '.join(attached)})\n")
-        self.send(message, summary=text)
+        got = attach(text, self.rt.ctx)
+        if got.paths:
+            self.write(f"({got.attached_line()})\n")
+        self.send(got.text, summary=text)
         return True
 
     def _slash(self, line: str) -> bool:

@@ -199,7 +199,9 @@ class Transcript:
 
             return self.line(check_line(ev))
         elif isinstance(ev, Warning):
-            return self.line(f"warning: {ev.message}")
+            from .render import warning_line
+
+            return self.line(warning_line(ev))
         elif isinstance(ev, AgentResult):
             self.result = ev
             said = stop_line(ev.stop_reason, ev.error if ev.is_error else "")

@@ -39,7 +39,8 @@ def _help(rt, arg: str) -> Reply:
         lines += ["", "Custom commands (.spec-agent/commands/, ~/.config/spec-agent/commands/):"]
         lines += [f"  /{c.name} {c.usage}".rstrip().ljust(30) + c.help for c in custom]
     lines += ["", "Also: @path attaches a file, !command runs a shell command and adds its "
-              "output, Esc or Ctrl+C cancels, Ctrl+C twice quits."]
+              "output, Esc or Ctrl+C cancels (/drop last then leaves the cancelled message out), "
+              "Ctrl+C twice quits."]
     return Reply("\n".join(lines))
 
 
@@ -143,6 +144,43 @@ def _mcp(rt, arg: str) -> Reply:
     return Reply(mcp.listing())
 
 
+def _in_context(fn):
+    """A /add, /drop or /context handler: needs a conversation; ContextError is reply text."""
+    def run(rt, arg: str) -> Reply:
+        from ..core.context import ContextError
+
+        conv = rt.conversation
+        if conv is None:
+            return Reply("no conversation yet: send a message first", error=True)
+        try:
+            return Reply(fn(rt, conv, arg.split()))
+        except ContextError as e:
+            return Reply(str(e), error=True)
+    return run
+
+
+def _add(rt, conv, args: list[str]) -> str:
+    from ..core.context import ContextError, add
+
+    if not args:
+        raise ContextError("usage: /add PATH... (repository files or glob patterns)")
+    return add(conv, rt.ctx, args)
+
+
+def _drop(rt, conv, args: list[str]) -> str:
+    from ..core.context import ContextError, drop
+
+    if not args:
+        raise ContextError("usage: /drop PATH...|all|last")
+    return drop(conv, args)
+
+
+def _context(rt, conv, args: list[str]) -> str:
+    from ..core.context import report
+
+    return report(conv)
+
+
 def _quit(rt, arg: str) -> Reply:
     return Reply(action="quit")
 
@@ -169,6 +207,10 @@ COMMANDS: dict[str, Command] = {c.name: c for c in (
     Command("stats", "", "figures for this conversation", _stats),
     Command("config", "", "the effective configuration", _config),
     Command("mcp", "", "MCP servers: their state and tools", _mcp),
+    Command("context", "", "what the model reads: tokens per item and in all", _in_context(_context)),
+    Command("add", "PATH...", "attach files (or glob patterns) to the conversation", _in_context(_add)),
+    Command("drop", "PATH...|all|last", "leave attached files, or the last message and its "
+            "replies, out of what the model reads", _in_context(_drop)),
     Command("tokens", "", "colour text by where each token came from", _tokens),
     Command("quit", "", "leave spec-agent", _quit),
 )}

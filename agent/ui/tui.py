@@ -31,11 +31,12 @@ from ..cancel import CancelToken
 from ..core.attach import typed_text
 from ..core.callformat import RESULT_OPEN, parse_calls, strip_calls
 from ..core.shown import shown
-from ..events import (AgentResult, ApprovalRequired, AssistantMessage, CheckRun, DecodeProgress,
+from ..events import (AgentResult, ApprovalRequired, AssistantMessage, CheckRun, ContextAttached,
+                      DecodeProgress,
                       GitAction, PrefillProgress, SpeculationChanged, ToolCallFinished, ToolCallStarted,
                       TurnStats, Warning)
 from . import custom_commands, inputs, slash
-from .render import check_line, stop_line
+from .render import check_line, stop_line, warning_line
 from .tui_engine import (ApprovalAsked, EngineBridge, EngineEvent, JobDone, Note, Streamed)
 from .tui_screens import ApprovalScreen, SlashCommands
 from .tui_status import Figures, StatusBar, short_name
@@ -355,7 +356,8 @@ class AgentApp(App[int]):
             if not ev.ok:
                 chat.add_note(check_line(ev), "warn")
         elif isinstance(ev, Warning):
-            chat.add_note(f"warning: {ev.message}", "warn")
+            quiet = isinstance(ev, ContextAttached) and not ev.left_out  # (nothing left out)
+            chat.add_note(warning_line(ev), "note" if quiet else "warn")
         elif isinstance(ev, ApprovalRequired):
             chat.add_note(f"approval required for {ev.name}: {shown(ev.reason, keep_newlines=False)}", "warn")
         elif isinstance(ev, AgentResult):

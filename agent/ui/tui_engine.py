@@ -19,6 +19,7 @@ from typing import Any, Callable, Iterable
 from textual.message import Message
 
 from ..cancel import CancelToken
+from ..core.attach import attach
 from ..core.shown import plain_output
 from ..events import AgentResult, ApprovalRequest, Event, TextDelta
 from . import inputs
@@ -139,12 +140,12 @@ class EngineBridge:
         """Run one user message (with its @mentions attached) and stream its events."""
         if self.runtime.model is None:
             raise RuntimeError("no model is loaded (/model <ref> loads one)")
-        message, attached = inputs.attach_mentions(text, self.runtime.ctx)
-        if attached:
-            self.post(Note("attached " + ", ".join(attached)))
+        got = attach(text, self.runtime.ctx)
+        if got.paths:
+            self.post(Note(got.attached_line()))
         self.cancel = cancel
         try:
-            return self._stream(self.runtime.conversation.send(message, cancel))
+            return self._stream(self.runtime.conversation.send(got.text, cancel))
         finally:
             self.cancel = None
 
