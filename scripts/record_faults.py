@@ -59,11 +59,11 @@ CONFIGS = {
 SHORT_FIRST = ["morse", "slugify_special", "roman", "inventory_rename", "textstats_explain",
                "validators_hints", "dates_attach", "colors_attach", "report_remove",
                "settings_docstring", "units", "stats_long", "http_status_long"]
-# The 1.5B is about four times slower: one of its runs after every two of the 0.5B, so a
-# time limit leaves recordings of both.
+# The 1.5B is about four times slower (20-25 min a run on two CPU cores, against 3-8 for the
+# 0.5B): one of its runs after every two of the 0.5B, so a time limit leaves recordings of both.
 SMALL_PER_LARGE = 2
 # A run that starts with less than this many seconds left is not started.
-MIN_RUN_S = {"05b": 240, "15b": 600}
+MIN_RUN_S = {"05b": 300, "15b": 1500}
 
 
 def plan(tasks: dict[str, dict]) -> list[str]:
@@ -344,13 +344,22 @@ def parses(text: str) -> bool:
     return True
 
 
+def docstring(text: str) -> str | None:
+    try:
+        return ast.get_docstring(ast.parse(text), clean=False)
+    except (SyntaxError, ValueError):
+        return None
+
+
 def classify(rec: dict) -> list[str]:
     """What the replies do to the task's Python files: drop_code (a block for a file lacks some
     of its top-level names the task does not name), junk (a block that does not parse), cut (a
-    block left unclosed), unchanged (a block equal to the file), no_block (a change was asked
-    and no reply has a block), no_change (a change was asked and the files ended as before:
-    recorded runs only); `clean` when none of these."""
+    block left unclosed), unchanged (a block equal to the file as the replies before left it),
+    no_block (a change was asked and no reply has a block), no_change (a change was asked and
+    the files ended as before: recorded runs only); drop_doc (a block leaves out the module's
+    docstring: not one of the suite's faults, which are about names); `clean` when none."""
     before = rec["files_before"]
+    now = dict(before)  # the files as the blocks so far left them
     found: set[str] = set()
     any_block = False
     for reply in rec["replies"]:
@@ -363,13 +372,16 @@ def classify(rec: dict) -> list[str]:
             if not parses(b["body"]):
                 found.add("junk")
                 continue
-            old = before.get(b["path"])
+            old, current = before.get(b["path"]), now.get(b["path"])
+            now[b["path"]] = b["body"]
             if old is None:
                 continue
-            if b["body"].strip() == old.strip():
+            if b["body"].strip() == (current or "").strip():
                 found.add("unchanged")
             elif top_names(old) - top_names(b["body"]) - set(rec.get("renames", [])):
                 found.add("drop_code")
+            if docstring(old) and not docstring(b["body"]):
+                found.add("drop_doc")
     if rec["asks_change"] and not any_block:
         found.add("no_block")
     after = rec.get("files_after")
@@ -427,29 +439,44 @@ def prose_reply(rec: dict) -> str:
             "case correctly and the tests should pass.")
 
 
-def base_reply(rec: dict) -> tuple[str, dict]:
-    """(reply, block) of the first reply with a parsing block for the target; else a
-    made-up reply that writes the target as it was."""
+def target_blocks(rec: dict):
+    """(reply, block) for each closed, parsing, non-empty block of the target in the replies."""
     for reply in rec["replies"]:
         for b in blocks(reply, rec["target"]):
             if b["path"] == rec["target"] and b["closed"] and parses(b["body"]) and b["body"].strip():
-                return reply, b
-    text = rec["files_before"][rec["target"]].rstrip("\n")
-    reply = f"{rec['target']}\n```python\n{text}\n```\nUpdated {rec['target']}."
+                yield reply, b
+
+
+def base_reply(rec: dict) -> tuple[str, dict]:
+    """(reply, block) of the first reply with a block for the target that changes it, else
+    with one that parses; else a made-up reply that writes the target as it was."""
+    old = rec["files_before"][rec["target"]].strip()
+    found = sorted(target_blocks(rec), key=lambda rb: rb[1]["body"].strip() == old)
+    if found:
+        return found[0]
+    reply = f"{rec['target']}\n```python\n{old}\n```\nUpdated {rec['target']}."
     return reply, blocks(reply, rec["target"])[0]
 
 
+def base_rank(rec: dict) -> tuple[int, int]:
+    """Lower is a better base for mutations: a recording whose reply changes the target (a fix
+    to spoil), then one with a block at all; the 0.5B at T=0 first."""
+    old = rec["files_before"][rec["target"]].strip()
+    found = [b["body"].strip() != old for _, b in target_blocks(rec)]
+    return (0 if any(found) else 1 if found else 2), (0 if rec["id"].endswith("-05b-t0") else 1)
+
+
 def mutate() -> int:
-    """One mutated record per task and mutation, from the task's first 0.5B T=0 recording
-    (else its first recording)."""
+    """One mutated record per task and mutation, from the task's recording that base_rank
+    puts first."""
     recs = [json.loads(line) for line in RECORDED.read_text().splitlines() if line.strip()]
     done = {r["id"] for r in recs}
     bases: dict[str, dict] = {}
     for r in recs:
-        if not r["model"].startswith("mutated-from:"):
-            bases.setdefault(r["task_name"], r)
-            if r["id"].endswith("-05b-t0"):
-                bases[r["task_name"]] = r
+        if r["model"].startswith("mutated-from:"):
+            continue
+        if r["task_name"] not in bases or base_rank(r) < base_rank(bases[r["task_name"]]):
+            bases[r["task_name"]] = r
     added = 0
     for name, base in bases.items():
         reply, b = base_reply(base)
@@ -457,6 +484,8 @@ def mutate() -> int:
             rid = f"{name}-mut-{kind}"
             if rid in done or (kind in ("unchanged", "prose") and not base["asks_change"]):
                 continue
+            if kind == "close_tag" and reply[b["end"]:].lstrip("\n").startswith("</file>"):
+                continue  # the block is a <file> tag: its own end is `</file>`
             if kind == "prose":
                 new = prose_reply(base)
             elif (body := mutate_body(kind, b["body"], base["files_before"][base["target"]])) is None:
@@ -476,17 +505,27 @@ def mutate() -> int:
     return 0
 
 
+# the classes -> the three faults of the suite (a reply drops code, adds junk, changes nothing)
+FAULT_OF = {"drop_code": "drop_code", "cut": "drop_code", "junk": "junk", "unchanged": "no_change",
+            "no_block": "no_change", "no_change": "no_change"}
+
+
 def reclassify() -> int:
+    """Rewrite every record's classes; print the records per source and class, and per
+    source and fault."""
     recs = [json.loads(line) for line in RECORDED.read_text().splitlines() if line.strip()]
     for r in recs:
         r["classes"] = classify(r)
     RECORDED.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in recs))
-    counts: dict[str, int] = {}
+    counts: dict[tuple[str, str], int] = {}
     for r in recs:
-        for c in r["classes"]:
-            counts[f"{r['model'].split(':')[0]} {c}"] = counts.get(f"{r['model'].split(':')[0]} {c}", 0) + 1
-    for k in sorted(counts):
-        print(f"{k}: {counts[k]}")
+        source = r["model"].split(":")[0]
+        faults = sorted({FAULT_OF[c] for c in r["classes"] if c in FAULT_OF}) or ["none"]
+        for key in [*(("class", c) for c in r["classes"]), *(("fault", f) for f in faults),
+                    ("records", "all"), ("records", "faulty" if faults != ["none"] else "clean")]:
+            counts[(source, *key)] = counts.get((source, *key), 0) + 1
+    for key in sorted(counts):
+        print(f"{' '.join(key)}: {counts[key]}")
     return 0
 
 
