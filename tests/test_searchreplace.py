@@ -265,7 +265,7 @@ def test_a_block_that_leaves_the_file_unparseable_is_never_applied(git_repo):
         events = list(conversation(git_repo, model, full_auto(edit_format=fmt, sandbox="off"))
                       .send("edit calc.py"))
         fed = model.seen[1][-1]["content"]
-        assert "calc.py does not parse (line 6" in fed and "not applied" in fed, fmt
+        assert "calc.py does not parse" in fed and "(line 6" in fed and "not applied" in fed, fmt
         assert [c.ok for c in events if isinstance(c, CheckRun) and c.kind == "syntax"] == [True]
         assert (git_repo / "calc.py").read_text() == CALC.replace("a - b", "(a - b)")
         assert events[-1].stop_reason == "answered"

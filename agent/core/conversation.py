@@ -651,7 +651,8 @@ class Conversation:
             calls.append(ParsedCall("write_file", {"path": block.path, "content": block.content}))
         if not calls:
             return ""
-        return (yield from self._run_calls(run, calls, record=False))
+        # (vetted above against the text the reply read; the file may hold more since)
+        return (yield from self._run_calls(run, calls, record=False, vetting=False))
 
     def _intent(self, run: _Run) -> tuple[str, str]:
         """(what the message typed; that, the earlier request and the reply before the

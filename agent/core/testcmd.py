@@ -59,6 +59,15 @@ _NEGATED = re.compile(r"\b(?:no\s+longer|never|not)\b|n't\b", re.IGNORECASE)
 _MAKE_PASS = re.compile(r"\bmake\s+(?:the\s+tests?\s+in\s+)?$", re.IGNORECASE)
 _PASS_AFTER = re.compile(r"^\s+pass\b", re.IGNORECASE)
 _FAIL_WORD = re.compile(r"fail|broken|pass", re.IGNORECASE)
+_ASKED_FOR = re.compile(r"\b(?:write|add|create|adds?|writing|adding|new)\b[\w\s]{0,12}$",
+                        re.IGNORECASE)
+# The tests said to fail with no file named: "a test fails", "the tests are failing", "fix the
+# failing test", "make the tests pass" (then every test file of the repository, MAX_FILES at
+# most, is what fails).
+_TESTS_FAIL = re.compile(
+    r"\btests?\b([^.!?;:]{0,30}?)\b(?:fails?|failed|(?:is|are)\s+(?:failing|broken)|"
+    r"(?:do(?:es)?n[o']?t|do(?:es)?\s+not)\s+pass)\b|\b(?:failing|broken)\s+tests?\b|"
+    r"\bmake\s+(?:the\s+|all\s+(?:the\s+)?)?tests?\s+pass\b", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n")  # not the dot of a file name
 # A request for a fix: "fix" or "repair" as a word, or "make ... pass".
 _ASKS_FIX = re.compile(r"\b(?:fix|repair)\b", re.IGNORECASE)
@@ -115,7 +124,9 @@ def said_failing(message: str, root: Path, listed: Collection[str] = ()) -> list
     test_ranges.py fails. Fix ranges.py."): the file first, then what it does (fails, is
     failing, is broken, does not pass), or "make FILE pass"; paths among `listed` (the files
     git lists, so never one kept out of the agent's view), test files by pytest's default
-    names. Looks at the first MAX_SAID_CHARS characters, in time linear in them."""
+    names; where no file is named but the tests are said to fail ("the failing test", "make
+    the tests pass"), every test file git lists, when there are MAX_FILES or fewer. Looks at
+    the first MAX_SAID_CHARS characters, in time linear in them."""
     found: list[str] = []
     for sentence in sentences(message):
         if not _FAIL_WORD.search(sentence):
@@ -130,7 +141,23 @@ def said_failing(message: str, root: Path, listed: Collection[str] = ()) -> list
                     or (_MAKE_PASS.search(before) is not None and _PASS_AFTER.search(after)))
             if said and _inside(root, path):
                 found.append(path)
+    every = [p for p in listed if p.endswith(".py") and _TEST_FILE.search(p)]
+    if not found and len(every) <= MAX_FILES and not any(p.rsplit("/", 1)[-1] in message
+                                                         for p in every):
+        if any(_tests_said_to_fail(s) for s in sentences(message)):
+            found = sorted(p for p in every if _inside(root, p))
     return list(dict.fromkeys(found))[:MAX_FILES]
+
+
+def _tests_said_to_fail(sentence: str) -> bool:
+    """Whether `sentence` says the tests fail without naming a file ("a test fails", "fix the
+    failing tests"; not "write a failing test", "the tests no longer fail")."""
+    for m in _TESTS_FAIL.finditer(sentence):
+        if _NEGATED.search(m.group(1) or ""):
+            continue
+        if not _ASKED_FOR.search(sentence[max(0, m.start() - 24): m.start()]):
+            return True
+    return False
 
 
 def _relative(root: Path, path: str) -> str:
