@@ -55,8 +55,6 @@ KNOWN: dict[str, str] = {
     "textstats_explain-mut-drop_data": "see report",
     # the reply drops the data and makes no change; with the data put back only blank lines
     # differ, yet that is committed and counted as the change made: answered, exit 0
-    "http_status_long-mut-drop_data": "see report",
-    "inventory_rename-mut-drop_data": "see report",
 }
 
 

@@ -47,7 +47,7 @@ from .searchreplace import FIX_HOW, apply_edits, is_edit_fence, parse_edits, who
 from .wholefile import (FileBlock, asks_change, copies, current_text, defined, is_snippet, judge,
                         lead, leads_to, names_new_file, owners_in, parse_blocks, prose, quotes,
                         retarget, spliced)
-from .editguard import parse_problem, vet
+from .editguard import parse_problem, same_code, vet
 from .outcome import NOT_DONE, Work, verdict
 from ..choices import BLOCK_EDIT_FORMATS
 
@@ -681,6 +681,8 @@ class Conversation:
             yield Warning(f"the code block for {block.path} leaves out {listed}, which the "
                           "message does not ask to remove; kept them")
         block = FileBlock(block.path, vetted.content)
+        if old is not None and same_code(block.path, old, block.content):
+            return block, "same"  # (blank lines or comments alone are no change)
         return block, "same" if judge(block, self.root) == "same" else ""
 
     def _wrote_before(self, content: str) -> bool:

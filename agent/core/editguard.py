@@ -249,3 +249,16 @@ def vet(path: str, old: str | None, new: str, intent: str) -> Vetted:
                       "which the message does not ask to remove: not applied (write the whole "
                       "file, keeping what the change does not touch)", notes=tuple(notes))
     return Vetted(out, kept=tuple(dict.fromkeys(kept)), notes=tuple(notes))
+
+
+def same_code(path: str, old: str, new: str) -> bool:
+    """Whether a Python file's `new` text is `old` but for blank lines and comments (the same
+    syntax tree, docstrings included)."""
+    if not path.endswith(".py") or old == new:
+        return old == new
+    import ast
+
+    try:
+        return ast.dump(ast.parse(old)) == ast.dump(ast.parse(new))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
