@@ -290,7 +290,7 @@ def test_a_rename_that_breaks_an_importer_is_sent_back_with_the_importer_attache
     assert (git_repo / "main.py").read_text() == main.replace("area", "rect_area")
 
 
-STUB = "calc.py\n```python\ndef add(a, b):\n    # your code here\n    pass\n```\n"
+STUB = "calc.py\n```python\ndef add(a, b):\n    # your code here\n    ...\n```\n"
 
 
 def test_a_reply_that_implements_nothing_goes_back_as_a_stubs_failure(git_repo):

@@ -48,7 +48,6 @@ FAULTS = set(FAULT_OF.values())
 KNOWN: dict[str, str] = {
     # restore puts several left-out statements back in reverse order: PRE_TRANSLATIONS before
     # CYRILLIC, GERMAN, GREEK (NameError on import), and commits it
-    "slugify_special-05b-t0": "see report",
     "slugify_special-mut-truncate": "see report",
     # a name the message only mentions (a question, "Do not change any file") counts as named
     # to go: STOPWORDS dropped and committed

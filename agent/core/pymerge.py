@@ -317,6 +317,8 @@ def _kept(old: list[ast.stmt], new: list[ast.stmt], old_lines: list[str], new_li
             kept.extend(names)
             if anchor is None:
                 pending.append(text)
+            elif out and out[-1][:3] == (anchor, anchor, depth):  # (one insertion, in order)
+                out[-1] = (anchor, anchor, depth, [*out[-1][3], *gap, *text])
             else:
                 out.append((anchor, anchor, depth, gap + text))
             continue
