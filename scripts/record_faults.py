@@ -38,6 +38,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures" / "tamper"
+sys.path.insert(0, str(ROOT / "tests"))
+from scripted import make_repo  # noqa: I001  (the suite's repo builder)
 TASKS = FIXTURES / "tasks"
 RECORDED = FIXTURES / "recorded.jsonl"
 CLI = ROOT / ".venv" / "bin" / "spec-agent"
@@ -94,20 +96,6 @@ def load_tasks() -> dict[str, dict]:
 def git(root: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=root, check=True, capture_output=True,
                           text=True).stdout
-
-
-def make_repo(root: Path, files: dict[str, str]) -> Path:
-    root.mkdir(parents=True, exist_ok=True)
-    git(root, "init", "-q", "-b", "main")
-    git(root, "config", "user.name", "Test User")
-    git(root, "config", "user.email", "user@example.com")
-    git(root, "config", "commit.gpgsign", "false")
-    for name, text in files.items():
-        (root / name).parent.mkdir(parents=True, exist_ok=True)
-        (root / name).write_text(text)
-    git(root, "add", "-A")
-    git(root, "commit", "-q", "-m", "initial")
-    return root
 
 
 def tests_pass(root: Path, cmd: str) -> bool:
