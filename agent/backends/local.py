@@ -33,9 +33,7 @@ from .base import ModelError, tool_specs, wire_messages
 from .grammar import GrammarConstraint, candidate_files, ll_tokenizer, tool_call_grammar
 
 if TYPE_CHECKING:
-    from ..engine.sampling import SamplingParams
-    from ..engine.session import Session
-    from ..engine.suffix import SuffixFile
+    from ..engine import SamplingParams, Session, SuffixFile
 
 _PROBE = "spec_agent_probe_tool"
 BARE_CALL = '{"name"'  # a reply opening like this is a call written without its markers
@@ -156,7 +154,7 @@ class LocalModel:
         reply that could begin one of `holds` are held back: dropped if the reply stops at it
         or is a bare call, passed on as soon as the text goes another way."""
         from ..core.repetition import STOP_REASON, RepetitionGuard
-        from ..engine.session import ContextOverflowError
+        from ..engine import ContextOverflowError
 
         guard = RepetitionGuard()
         reply: list[int] = []

@@ -22,3 +22,10 @@ class PairingError(SpecAgentError):
     """A draft model cannot be paired with the target (e.g. different tokenizers)."""
 
     exit_code = 2
+
+
+class SettingsError(SpecAgentError):
+    """Engine settings that cannot work together (a model drafter without a draft model) or
+    out of range."""
+
+    exit_code = 2
