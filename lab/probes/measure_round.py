@@ -6,7 +6,7 @@ a new turn re-renders the tail), then `propose`. For the draft model the measure
 its resync with the history (`_sync`) on a stub cache, the part that used to scan the whole
 context. The lookup round is also measured with a suffix index at its cap (65,536 tokens of
 earlier replies, consulted at every fresh match), the product's lookup drafter. Compares this checkout's drafters with another version's file (default: the one in
-git HEAD~N given by --rev). Usage: .venv/bin/python -m agent.bench.measure_round [--rev REV]
+git HEAD~N given by --rev). Usage: .venv/bin/python lab/probes/measure_round.py [--rev REV]
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Does the TUI slow decoding down? Decode tok/s of the TUI vs the `-p` path, same task.
 
-Usage: python -m agent.bench.measure_tui [--pairs 3] [--max-tokens 200] [--speculation auto]
+Usage: python lab/probes/measure_tui.py [--pairs 3] [--max-tokens 200] [--speculation auto]
 
 Runs the embedded model greedily on one prompt, alternating the two paths in one process
 (p, tui, p, tui, ...): `-p` = a `Runtime` and `conversation.send` consumed in a plain loop

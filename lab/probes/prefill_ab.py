@@ -1,6 +1,6 @@
 """One cold prefill of N tokens of the embedded model with the code in a given checkout.
 
-Usage: python -m agent.bench.prefill_ab CHECKOUT N [CHUNK]
+Usage: python lab/probes/prefill_ab.py CHECKOUT N [CHUNK]
 Runs `Session(lm, prefill_chunk=CHUNK).generate(prompt, max_tokens=1)` on a fresh session with
 CHECKOUT's `agent` package first on the path, and prints one JSON line (seconds, tok/s). For a
 before/after comparison run it alternately on a `git worktree` of the old commit and on this

@@ -8,7 +8,7 @@ the same ids and that both chat templates render the messages alike.
 transformers is not a dependency of this project: name an interpreter that has `torch`,
 `transformers`, `accelerate` and `gguf` with --python (a separate venv is fine; it runs as a
 subprocess). Usage:
-  .venv/bin/python -m agent.bench.measure_fidelity -m qwen2.5-coder-0.5b --python /tmp/hf/bin/python
+  .venv/bin/python lab/probes/measure_fidelity.py -m qwen2.5-coder-0.5b --python /tmp/hf/bin/python
 """
 
 from __future__ import annotations
@@ -68,12 +68,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python", required=True, help="an interpreter with torch and transformers")
     args = ap.parse_args(argv)
 
-    from ..engine.blas import ensure_openblas
+    from agent.engine.blas import ensure_openblas
 
     ensure_openblas()
     import mlx.core as mx
 
-    from .. import models
+    from agent import models
 
     kind, path = models.resolve(args.model)
     if kind != "gguf":

@@ -1,6 +1,6 @@
 """Where cold prefill time goes: the share of attention and of the MLP's SwiGLU.
 
-Usage: python -m agent.bench.prefill_share
+Usage: python lab/probes/prefill_share.py
 Prefills 1,024 and 4,096 tokens of the embedded model in 512-token chunks with every attention
 and SwiGLU call timed alone (inputs evaluated before, output after; the extra syncs make the
 total slightly slower than a normal prefill). Prints one JSON object.

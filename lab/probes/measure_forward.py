@@ -1,6 +1,6 @@
 """Cost of one forward pass of the embedded model and its plain decode speed on this machine.
 
-Usage: python -m agent.bench.measure_forward [f32|q4]   (run once with and once without
+Usage: python lab/probes/measure_forward.py [f32|q4]   (run once with and once without
 LD_PRELOAD=<libopenblas.so.0> to compare BLAS libraries). Figures for the CPU policy notes.
 """
 

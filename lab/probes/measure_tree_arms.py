@@ -9,7 +9,7 @@ appended to `--out` (tok/s per configuration, the plain mean, rounds, drafted, a
 whether the output equals the first plain run's, and the measured arms' round counts per
 drafter kind); progress on stderr.
 
-Usage: .venv/bin/python -m agent.bench.measure_tree_arms --out FILE [--temperature 0.7]
+Usage: .venv/bin/python lab/probes/measure_tree_arms.py --out FILE [--temperature 0.7]
     [--tokens 64] [--seeds 1,2]
 """
 
@@ -23,7 +23,7 @@ import mlx.core as mx
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m agent.bench.measure_tree_arms")
+    ap = argparse.ArgumentParser(prog="python lab/probes/measure_tree_arms.py")
     ap.add_argument("--out", required=True)
     ap.add_argument("--temperature", type=float, default=0.0)
     ap.add_argument("--top-p", type=float, default=0.95)
@@ -31,15 +31,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0")
     args = ap.parse_args(argv)
 
-    from ..engine.blas import ensure_openblas
+    from agent.engine.blas import ensure_openblas
 
     ensure_openblas()
-    from ..config import Config
-    from ..engine.prefix_store import PrefixStore
-    from ..engine.sampling import SamplingParams
-    from ..engine.session import Session, render_chat
-    from .common import timed
-    from .pair import load_pair, probe_cost, speculator, workloads
+    from agent.config import Config
+    from agent.engine.prefix_store import PrefixStore
+    from agent.engine.sampling import SamplingParams
+    from agent.engine.session import Session, render_chat
+    from agent.bench.common import timed
+    from agent.bench.pair import load_pair, probe_cost, speculator, workloads
 
     def log(m: str) -> None:
         print(m, file=sys.stderr, flush=True)

@@ -1,6 +1,6 @@
 """Cold prefill speed of the embedded model on the CPU, before/after the prefill fixes.
 
-Usage: python -m agent.bench.measure_prefill [--sizes 1024,4096] [--reps 3] [--chunk 0]
+Usage: python lab/probes/measure_prefill.py [--sizes 1024,4096] [--reps 3] [--chunk 0]
 Runs itself as subprocesses under the CLI's conditions (`LD_PRELOAD=<libopenblas.so.0>`), once
 with OpenBLAS's own kernel choice and once with the verified `OPENBLAS_CORETYPE` (an
 environment variable: it needs a fresh process). In each, MLX's attention and
@@ -129,7 +129,7 @@ def main() -> None:
             env["OPENBLAS_CORETYPE"] = coretype
         elif runs:
             break  # no verified coretype: nothing more to compare
-        cmd = [sys.executable, "-m", "agent.bench.measure_prefill", "--child", "--sizes", args.sizes,
+        cmd = [sys.executable, __file__, "--child", "--sizes", args.sizes,
                "--reps", str(args.reps), "--chunk", str(args.chunk)]
         proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
         if proc.returncode != 0:

@@ -3,7 +3,7 @@ single-row products of the Linear layers (an output head that is the embedding u
 linear layer stays on MLX). On the Linux CPU MLX's product of one row runs well below the
 memory bandwidth a gemv reaches; this measures what that costs a decode step. A measurement
 only: the engine does not route its products through numpy. Usage:
-  .venv/bin/python -m agent.bench.measure_gemv [-m MODEL]   (default qwen2.5-coder-1.5b)
+  .venv/bin/python lab/probes/measure_gemv.py [-m MODEL]   (default qwen2.5-coder-1.5b)
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-m", "--model", default="qwen2.5-coder-1.5b")
     args = ap.parse_args(argv)
 
-    from ..engine.blas import ensure_openblas
+    from agent.engine.blas import ensure_openblas
 
     ensure_openblas()
     import mlx.core as mx
@@ -30,8 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     from mlx import nn
     from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
-    from .. import models
-    from ..engine.step import forward
+    from agent import models
+    from agent.engine.step import forward
 
     lm = models.load(args.model, device="cpu")
     prompt = lm.tokenizer.encode("def fib(n):\n    " * 20)

@@ -1,6 +1,6 @@
 """How often a sampled draft token is accepted, under three rules, on the trained Qwen pair.
 
-Usage: .venv/bin/python -m agent.bench.measure_coupling [--tokens N] [--seeds S]
+Usage: .venv/bin/python lab/probes/measure_coupling.py [--tokens N] [--seeds S]
   [--temperature T] [--top-p P]
 
 For each of the pair bench's four workloads and each seed, the 1.5B samples N tokens with keyed

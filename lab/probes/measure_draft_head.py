@@ -1,6 +1,6 @@
 """Restricted draft head on the trained Qwen pair: step time, agreement, acceptance.
 
-Usage: .venv/bin/python -m agent.bench.measure_draft_head steps|agree|spec [--reps R] [--tokens N]
+Usage: .venv/bin/python lab/probes/measure_draft_head.py steps|agree|spec [--reps R] [--tokens N]
   steps  draft step time (0.5B, DraftModel.propose with K=5, greedy, no confidence stop) on the
          pair bench's four prompts, full head vs first-N heads, interleaved so machine noise hits every configuration alike; also the 1.5B's 6-token
          verify pass, for the cost model.
