@@ -1,4 +1,5 @@
-"""What `spec-agent`'s exit status means: one table for the code, `--help` and the README.
+"""What `spec-agent`'s exit status means: one table for the code, `--help` and the docs
+(docs/configuration.md).
 
 A `-p` run's status comes from its `stop_reason` (the final JSON object carries it); the other
 rows are set by the command line itself. Imports nothing: `--help` stays fast.
@@ -57,7 +58,7 @@ def help_text() -> str:
 
 
 def markdown() -> str:
-    """The table as the README shows it."""
+    """The table as docs/configuration.md shows it."""
     out = ["| Exit | Meaning | `stop_reason` |", "|---|---|---|"]
     for row in TABLE:
         reasons = ", ".join(f"`{r}`" for r in row.stop_reasons) or "—"

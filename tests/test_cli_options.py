@@ -1,5 +1,5 @@
 """Every option works where `--help` shows it or is refused in one line (agent/cli_checks.py),
-and the README's model-free shell examples run and exit 0."""
+and the model-free shell examples of the README and docs/ run and exit 0."""
 
 from __future__ import annotations
 
@@ -78,14 +78,16 @@ def test_flags_reach_the_config_they_name():
     assert set(_flags(args)) <= keys
 
 
-# ---- README ----------------------------------------------------------------------------------
+# ---- README and docs/ -------------------------------------------------------------------------
 
 README = (ROOT / "README.md").read_text()
+DOCS = {p.name: p.read_text() for p in sorted((ROOT / "docs").glob("*.md"))}
+CONFIGURATION = DOCS["configuration.md"]
 
 
 def _readme_commands() -> list[str]:
-    """`spec-agent ...` lines of the README's sh blocks that need no model."""
-    blocks = re.findall(r"```sh\n(.*?)```", README, re.S)
+    """`spec-agent ...` lines of the sh blocks of the README and docs/ that need no model."""
+    blocks = re.findall(r"```sh\n(.*?)```", "\n".join([README, *DOCS.values()]), re.S)
     lines = [ln.split("#")[0].strip() for b in blocks for ln in b.splitlines()]
     pat = re.compile(r"^spec-agent( --help| --version| config show| models list| undo --list)\b")
     return [ln for ln in lines if pat.match(ln)]
@@ -113,8 +115,8 @@ def test_readme_config_table_and_example_name_every_key():
     import tomllib
 
     keys = [f.name for f in dataclasses.fields(Config)]
-    table = re.search(r"\n\| key \| default \| flag \| what it does \|\n(.*?)\n\n", README, re.S)
-    assert table, "the README's configuration table"
+    table = re.search(r"\n\| key \| default \| flag \| what it does \|\n(.*?)\n\n", CONFIGURATION, re.S)
+    assert table, "docs/configuration.md's configuration table"
     in_table = set(re.findall(r"`([a-z_0-9]+)`", "".join(
         row.split("|")[1] for row in table.group(1).splitlines() if row.startswith("| `"))))
     assert [k for k in keys if k not in in_table] == []
@@ -124,7 +126,8 @@ def test_readme_config_table_and_example_name_every_key():
 
 def test_readme_config_defaults_match_the_loader():
     """The table's default column says what Config() holds (e.g. the default model)."""
-    table = re.search(r"\n\| key \| default \| flag \| what it does \|\n(.*?)\n\n", README, re.S)
+    table = re.search(r"\n\| key \| default \| flag \| what it does \|\n(.*?)\n\n", CONFIGURATION, re.S)
+    assert table, "docs/configuration.md's configuration table"
     cfg = Config()
     for row in table.group(1).splitlines():
         cells = [c.strip() for c in row.split("|")[1:3]]
@@ -145,8 +148,9 @@ def test_readme_output_schema_lists_every_event_and_field():
                               TurnStats, _snake)
     from agent.ui.render import _STREAMED
 
-    section = README[README.index("### Output schema"):]
-    section = section[:section.index("\n## ")]
+    section = CONFIGURATION[CONFIGURATION.index("\n## Output schema\n"):]
+    end = section.find("\n## ", 1)
+    section = section if end < 0 else section[:end]
     for cls in (*_STREAMED, ContextCompacted, ContextAttached, AgentResult):
         name = "result" if cls is AgentResult else _snake(cls.__name__)
         row = next((r for r in section.splitlines() if r.startswith(f"| `{name}` |")), None)

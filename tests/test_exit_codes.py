@@ -1,5 +1,6 @@
 """Each row of the exit-code table (agent/exit_codes.py) is what a run that ends that way exits
-with, and `--output-format json` carries the stop_reason; --help and the README show the table."""
+with, and `--output-format json` carries the stop_reason; --help and docs/configuration.md show the
+table."""
 
 from __future__ import annotations
 
@@ -176,10 +177,10 @@ def test_every_row_has_a_test_and_every_stop_reason_is_documented():
     assert all(f"`{r}`" in RunStopped.__doc__ for r in exit_codes.STOP_REASONS)
 
 
-def test_help_and_readme_show_the_table():
+def test_help_and_the_docs_show_the_table():
     r = subprocess.run([sys.executable, "-m", "agent.cli", "--help"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0
     for row in exit_codes.TABLE:
         assert f"  {row.code:<4} {row.name}:" in r.stdout
-    assert exit_codes.markdown() in (ROOT / "README.md").read_text()
+    assert exit_codes.markdown() in (ROOT / "docs" / "configuration.md").read_text()
