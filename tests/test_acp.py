@@ -126,6 +126,8 @@ def test_prompt_streams_chunks_and_figures(tmp_path, repo, caplog):
         sid, response, err = run(go())
     chunks = client.of("agent_message_chunk")
     assert len(chunks) >= 2 and client.text() == answer  # streamed in pieces, nothing lost
+    thoughts = "".join(u.content.text for u in client.of("agent_thought_chunk"))
+    assert "context: added to the message: calc.py (66 chars)" in thoughts  # beside the answer
     assert response.stop_reason == "end_turn"
     assert response.usage.output_tokens > 0 and response.usage.cached_read_tokens == 80
     meta = response.field_meta["spec-agent"]

@@ -22,6 +22,7 @@ from agent.backends.base import ModelError, split_results, wire_messages
 from agent.backends.openai import ApiOptions, OpenAIBackend, ServerError, api_key_from_env
 from agent.cancel import CancelToken
 from agent.cli import main as cli_main
+from agent.config import Config
 from agent.events import (AgentResult, DecodeProgress, GenerationStats, TextDelta, ToolCallFinished,
                           ToolCallStarted, TurnStats)
 from agent.runtime import Runtime
@@ -263,8 +264,9 @@ def test_server_down_is_one_line_and_exit_1(repo):
                            capture_output=True, text=True, cwd=ROOT, env=env, timeout=60)
         assert r.returncode == 1, r.stderr
         assert "Traceback" not in r.stderr
-        if fmt == "text":
-            assert re.fullmatch(rf"spec-agent: error: cannot reach the server at http://127\.0\.0\.1:{port}"
+        if fmt == "text":  # what the message got (the file listing), then the one error line
+            assert r.stderr.startswith("context: added to the message: file listing ("), r.stderr
+            assert re.fullmatch(rf"context: [^\n]*\nspec-agent: error: cannot reach the server at http://127\.0\.0\.1:{port}"
                                 r"/v1 \([^\n]*refused\) \(after 1 retries\)\n", r.stderr), r.stderr
     final = json.loads(r.stdout.splitlines()[-1])
     assert final["is_error"] and "cannot reach the server" in final["error"]
@@ -390,7 +392,8 @@ def test_stream_json_carries_the_same_event_kinds_as_the_local_engine(repo, caps
     git(repo, "reset", "-q", "--hard", "HEAD~1")
     args = Namespace(output_format="events", repo=repo, stats=False)
     local = ScriptedModel([call("edit_file", **edit), "Done it."])
-    assert run_task("note sub", args, full_auto(), model=local) == 0
+    cfg = full_auto(attach_mentioned=Config().attach_mentioned)  # as the CLI's defaults
+    assert run_task("note sub", args, cfg, model=local) == 0
     scripted = [json.loads(l)["type"] for l in capsys.readouterr().out.splitlines()]
     assert served == scripted
     assert {"tool_call_started", "tool_call_finished", "git_action", "turn_stats"} <= set(served)

@@ -68,17 +68,14 @@ class Completion:
 
 
 PROGRESS_EVERY_S = 0.2  # DecodeProgress at most this often (5 Hz)
-# A cancel is checked between prefill chunks, so a chunk bounds how long Esc takes. Chunks are
-# sized by the time the last one took, to about PREFILL_TARGET_S, in multiples of
-# PREFILL_STEP tokens up to `Session.prefill_chunk`; the tokens short of a multiple join the
-# last chunk. Measured on the 2-core CPU (Qwen2.5-Coder-0.5B, OpenBLAS SkylakeX): 128 tokens took
-# 0.5-0.85 s at 0-8k tokens of context and 64 tokens 1.5-1.9 s at 16k with the machine loaded,
-# 512 tokens 2-5.6 s. There every split into multiples of 64 gave bit-identical caches and
-# logits (32 did not), and so did one whose last chunk also takes the remainder; the remainder
-# fed alone (fewer than 64 rows) did not: the timing picks the chunks, not the numbers.
-PREFILL_TARGET_S = 0.5
-PREFILL_STEP = 64
-PREFILL_FIRST = 128  # the first chunk, before a chunk was timed
+# A cancel is checked between prefill chunks, so a chunk bounds how long Esc takes. The chunks
+# follow a fixed schedule (`chunk_at`), never the clock: the same prompt and cache always give
+# the same chunks, so the same keys and values to the last bit (row-count-dependent BLAS kernels
+# make a different split differ in the last bits on some CPUs). Measured on the 2-core CPU
+# (Qwen2.5-Coder-0.5B, OpenBLAS SkylakeX): 128 tokens took 0.5-0.85 s at 0-8k tokens of context,
+# 64 tokens 1.5-1.9 s at 16k with the machine loaded, 512 tokens 2-5.6 s. On a GPU a chunk is
+# `Session.prefill_chunk` tokens. The tokens short of a whole chunk join the last one.
+PREFILL_CPU = ((8192, 128), (1 << 62, 64))  # (context position below, chunk tokens) on a CPU
 TPS_WINDOW_S = 2.0  # DecodeProgress.tps is measured over about this long
 
 
@@ -101,12 +98,11 @@ class _Tally:
         return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
 
 
-def next_chunk(n: int, took: float, step: int, largest: int) -> int:
-    """The next prefill chunk's size after one of `n` tokens took `took` seconds: about
-    PREFILL_TARGET_S at that pace, a multiple of `step` from `step` to `largest`, at most
-    twice `n` (one fast, noisy chunk does not make the next one long)."""
-    want = int(n * PREFILL_TARGET_S / took) // step * step if took > 0 else 2 * n
-    return max(step, min(largest, 2 * n, want))
+def chunk_at(position: int, device: str, largest: int) -> int:
+    """The prefill chunk that starts at context `position`: on a CPU by PREFILL_CPU, else
+    `largest` (at most `largest`, at least one token)."""
+    n = next(n for below, n in PREFILL_CPU if position < below) if device == "cpu" else largest
+    return max(1, min(largest, n))
 
 
 class Session:
@@ -116,8 +112,8 @@ class Session:
                  store: PrefixStore | None = None, kv_bits: int = 0):
         self.target = target
         self.tokenizer = target.tokenizer
-        # the largest prefill chunk (see PREFILL_TARGET_S): larger ones are faster per token
-        # where they take little time, smaller ones let a cancel act sooner
+        # the largest prefill chunk (see chunk_at): larger ones are faster per token, smaller
+        # ones let a cancel act sooner
         self.prefill_chunk = prefill_chunk or 512
         self.tokens: list[int] = []  # full history: prompts and generated tokens
         self.tcache = ModelCache(target, kv_bits)
@@ -222,7 +218,7 @@ class Session:
         """Stream one model turn for `prompt`. Stops at EOS (`stop_tokens` replaces the EOS
         set when given), after `max_tokens`, once the text contains a `stop_strings` entry
         (the text is cut right after it; finish_reason "stop_string"), or when `cancel` is
-        set (checked between prefill chunks of about PREFILL_TARGET_S and between decoding
+        set (checked between prefill chunks (`chunk_at`) and between decoding
         rounds; "cancelled": a prefill cut short keeps the chunks fed in the session's cache,
         a prefix of the prompt, but hands the prefix store nothing).
         `watch` sees every generated token in order; when it returns a reason, the turn ends
@@ -361,21 +357,17 @@ class Session:
         )
 
     def _prefill(self, todo: Sequence[int], cancel: CancelToken) -> Iterator[PrefillProgress]:
-        """Feed the uncached prompt tokens (all but the last) in chunks of about
-        PREFILL_TARGET_S (`next_chunk`; the tokens short of a whole step join the last one),
-        reporting progress when there is more than one; stops between chunks when cancelled.
-        Chunks start at multiples of the step from the first token fed."""
-        step = max(1, min(PREFILL_STEP, self.prefill_chunk))
-        largest = max(step, self.prefill_chunk // step * step)
-        size = min(largest, max(step, PREFILL_FIRST // step * step))
+        """Feed the uncached prompt tokens (all but the last) in the chunks `chunk_at` gives
+        for their context position (the tokens short of a whole chunk join the last one),
+        reporting progress when there is more than one; stops between chunks when cancelled."""
+        start = self.tcache.offset
         done, end, chunks = 0, len(todo), 0
         while done < end:
             if cancel.cancelled:
                 return
-            n = size if end - done - size >= step else end - done
-            t = time.perf_counter()
+            size = chunk_at(start + done, self.target.device, self.prefill_chunk)
+            n = size if end - done >= 2 * size else end - done
             prefill(self.target.model, todo[done : done + n], self.tcache.cache, chunk=n)
-            size = next_chunk(n, time.perf_counter() - t, step, largest)
             done, chunks = done + n, chunks + 1
             if done < end or chunks > 1:
                 yield PrefillProgress(done, end)

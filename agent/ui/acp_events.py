@@ -19,7 +19,7 @@ from typing import Any
 from urllib.parse import unquote, urlparse
 
 from acp import (start_tool_call, text_block, tool_content, tool_diff_content,
-                 update_agent_message_text, update_tool_call)
+                 update_agent_message_text, update_agent_thought_text, update_tool_call)
 from acp.schema import (AllowedOutcome, DeniedOutcome, PermissionOption, SessionMode,
                         ToolCallLocation, ToolCallUpdate, Usage, UsageUpdate)
 
@@ -27,8 +27,9 @@ from tools.edits import plan
 
 from ..choices import APPROVAL_MODES as MODES
 from ..core.shown import shown
-from ..events import (AgentResult, ApprovalRequest, AssistantMessage, DecodeProgress, Event,
-                      GitAction, TextDelta, ToolCallFinished, ToolCallStarted, TurnStats, Warning)
+from ..events import (AgentResult, ApprovalRequest, AssistantMessage, ContextAttached, DecodeProgress,
+                      Event, GitAction, TextDelta, ToolCallFinished, ToolCallStarted, TurnStats,
+                      Warning)
 from .repl_text import CallFilter
 
 META_KEY = "spec-agent"  # our figures under `_meta`, the protocol's extension point
@@ -203,6 +204,8 @@ class Translator:
             return [self._finished(ev)]
         if isinstance(ev, GitAction):
             return self._git(ev)
+        if isinstance(ev, ContextAttached):  # beside the answer, not in it
+            return [update_agent_thought_text(f"context: {ev.message}\n")]
         if isinstance(ev, Warning):
             return self._text(f"\n\n_warning: {ev.message}_\n\n")
         if isinstance(ev, DecodeProgress):
