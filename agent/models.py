@@ -10,9 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import store
-from .engine.errors import ModelNotFoundError
-from .engine.loading import LoadedModel, load_model
-from .engine.loading import resolve as resolve_path
+from .engine import LoadedModel, ModelNotFoundError, load_model
+from .engine import resolve_model as resolve_path
 
 _EMBEDDED_NAMES = (None, "", "default", "embedded")
 

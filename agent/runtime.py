@@ -29,10 +29,7 @@ from .core.snapshots import UNTRACKED_FILE_MAX
 if TYPE_CHECKING:
     from .core.conversation import Conversation
     from .core.history import HistoryStore
-    from .engine.loading import LoadedModel
-    from .engine.prefix_store import PrefixStore
-    from .engine.session import Session
-    from .engine.suffix import SuffixFile
+    from .engine import LoadedModel, PrefixStore, Session, SuffixFile
 
 
 def _safe_name(text: str) -> str:
@@ -41,7 +38,7 @@ def _safe_name(text: str) -> str:
 
 def prefix_store(cfg: Config, warn: Callable[[str], None] | None = None):
     """The prefix store the config asks for, under the store's home (None when both tiers are off)."""
-    from .engine.prefix_store import PrefixStore
+    from .engine import PrefixStore
 
     if cfg.prefix_cache_mb <= 0 and cfg.disk_cache_mb <= 0:
         return None
@@ -49,49 +46,10 @@ def prefix_store(cfg: Config, warn: Callable[[str], None] | None = None):
 
 
 def sampling_params(cfg: Config):
-    from .engine.sampling import SamplingParams
+    from .engine import SamplingParams
 
     return SamplingParams(cfg.temperature, cfg.top_p, cfg.top_k, cfg.min_p,
                           repetition_penalty=cfg.repetition_penalty)
-
-
-def make_speculator(cfg: Config, target, draft=None, warn: Callable[[str], None] | None = None,
-                    suffix=None):
-    """The Speculator the config asks for, or None for plain decoding. (Values were
-    range-checked when the Config was built.)"""
-    from .engine.drafters import Combined, DraftModel, PromptLookup
-    from .engine.pairing import check_tokenizers, pairing_warnings
-    from .engine.cache import ModelCache
-    from .engine.speculative import SpecPolicy, Speculator
-    from .engine.tree import TreeBudget
-
-    say = warn or (lambda m: print(f"spec-agent: warning: {m}", file=sys.stderr))
-    if cfg.speculation == "off":
-        return None
-    for lm in (target, draft):
-        if lm is not None and not ModelCache(lm).rewindable:
-            say(f"speculation off: {lm.name}'s cache cannot drop rejected tokens "
-                "(sliding-window or recurrent layers)")
-            return None
-    kind = cfg.drafter
-    if kind == "auto":
-        kind = "combined" if draft is not None else "lookup"
-    if kind in ("model", "combined") and draft is None:
-        raise ConfigError(f"drafter '{kind}' needs --draft-model")
-    if draft is not None:
-        check_tokenizers(target, draft)
-        limit = int(getattr(target.model.args, "max_position_embeddings", 0) or 4096)
-        for w in pairing_warnings(target, draft, limit, cfg.memory_headroom_gb):
-            say(w)
-    if kind != "lookup":
-        # Same tokenizer, but embedding tables may be padded to different widths.
-        model = DraftModel(draft, cfg.draft_confidence, min(target.vocab_size, draft.vocab_size),
-                           cfg.draft_vocab, target.vocab_size)
-    lookup = PromptLookup(max_k=cfg.num_draft_tokens or 16, suffix=suffix)  # a pinned K caps its runs too
-    drafter = lookup if kind == "lookup" else model if kind == "model" else Combined(model, lookup)
-    policy = SpecPolicy(mode=cfg.speculation, fixed_k=cfg.num_draft_tokens)
-    tree = TreeBudget(cap=cfg.tree_nodes) if cfg.tree == "auto" else None
-    return Speculator(drafter, policy, tree)
 
 
 def tool_format(cfg: Config) -> str:
@@ -176,9 +134,7 @@ class Runtime:
         from .backends.local import LocalModel
         from .core.prompt import tools_for
         from . import models
-        from .engine.loading import select_device
-        from .engine.pairing import preload_warnings
-        from .engine.session import Session
+        from .engine import Session, preload_warnings, select_device
 
         cfg = self.cfg
         self.start_mcp()  # before the model adapter: the grammar admits the servers' tools
@@ -191,9 +147,8 @@ class Runtime:
         if self.store is None:
             self.store = prefix_store(cfg, self.warn)
         self.suffix = self._suffix_file(target)
-        suffix = self.suffix.index if self.suffix is not None else None
-        self.session = Session(target, speculator=make_speculator(cfg, target, self.draft, self.warn, suffix),
-                               store=self.store, kv_bits=cfg.kv_bits)
+        self.session = Session(target, speculator=self._speculator(target), store=self.store,
+                               kv_bits=cfg.kv_bits)
         model = LocalModel(self.session, sampling_params(cfg), cfg.max_tokens, self.ctx,
                                 constrain=cfg.constrained_calls, tool_choice=cfg.tool_choice,
                                 tool_format=tool_format(cfg), tools=tools_for(cfg.edit_format),
@@ -203,12 +158,21 @@ class Runtime:
                       "described in the system prompt instead")
         self.use_model(model)  # (a conversation resumed before the models were loaded too)
 
+    def _speculator(self, target: LoadedModel):
+        """The engine's speculator for the config's speculation settings over `target` and the
+        loaded draft model (None: plain decoding)."""
+        from .engine import SpecSettings, make_speculator
+
+        suffix = self.suffix.index if self.suffix is not None else None
+        return make_speculator(SpecSettings.from_config(self.cfg), target, self.draft, warn=self.warn,
+                               suffix=suffix)
+
     def _suffix_file(self, target: LoadedModel):
         """The suffix index of this repository's earlier replies with `target`, beside its
         conversations (None when off or without saved conversations)."""
         if not self.cfg.suffix_index or self.history is None:
             return None
-        from .engine.suffix import SuffixFile
+        from .engine import SuffixFile
 
         key = f"{target.name}-{target.vocab_size}"
         found, why = SuffixFile.open(self.history.dir / f"suffix-{_safe_name(key)}.json", key)
@@ -252,8 +216,7 @@ class Runtime:
         if need == "reload":
             self.load()
         elif need == "speculator":
-            suffix = self.suffix.index if self.suffix is not None else None
-            self.session.set_speculator(make_speculator(self.cfg, self.session.target, self.draft, self.warn, suffix))
+            self.session.set_speculator(self._speculator(self.session.target))
         elif need == "sampling":
             self.model.set_sampling(sampling_params(self.cfg), self.cfg.max_tokens)
         return f"{key} = {getattr(self.cfg, key)!r}"

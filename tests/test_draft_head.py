@@ -155,15 +155,13 @@ def _empty():
 
 def test_constrained_speculation_equals_constrained_plain(pair):
     """Grammar masks go through the restricted head's columns; forced tokens stay free."""
-    from agent.config import Config
-    from agent.runtime import make_speculator
+    from agent.engine import SpecSettings, make_speculator
 
     target, draft = pair
     prompt = Session(target).render([{"role": "user", "content": "call a tool"}]) + \
         target.tokenizer.encode("<tool_call>", add_special_tokens=False)
     want, _ = _run(Session(target), prompt, max_tokens=80, constraint=_tool_constraint(target))
-    spec = make_speculator(Config(drafter="model", speculation="on", draft_model="x",
-                                  draft_vocab=48), target, draft)
+    spec = make_speculator(SpecSettings(drafter="model", speculation="on", draft_vocab=48), target, draft)
     assert spec.drafter.head is not None and spec.drafter.head.n_first == 48
     got, stats = _run(Session(target, speculator=spec), prompt, max_tokens=80,
                       constraint=_tool_constraint(target))

@@ -121,17 +121,16 @@ def test_cache_offsets_for_every_rejection_pattern(pair, accept):
 
 
 def test_mismatched_tokenizer_refused(tmp_path, pair):
-    from agent.config import Config
     from agent.engine.loading import load_model
     from agent.bench.synthetic import random_model_folder, train_tokenizer
-    from agent.runtime import make_speculator
+    from agent.engine import SpecSettings, make_speculator
 
     other_tok = tmp_path / "tok"
     train_tokenizer(other_tok, vocab_size=400)
     other = load_model(str(random_model_folder(tmp_path / "m", other_tok)), device="cpu")
     target, _ = pair
     with pytest.raises(PairingError, match="different tokenizer: 400 tokens vs the target's 512"):
-        make_speculator(Config(draft_model="x"), target, other)
+        make_speculator(SpecSettings(), target, other)
 
 
 def test_pairing_warns_on_memory_headroom(pair):
@@ -483,14 +482,13 @@ def _wide_draft(draft: LoadedModel, extra: int = 64) -> LoadedModel:
 def test_constrained_speculation_equals_constrained_plain(pair, kind):
     """Grammar masks at every verify position, forced tokens as free drafts, a draft whose
     embedding is wider than the target's: output equals constrained plain decoding."""
-    from agent.config import Config
-    from agent.runtime import make_speculator
+    from agent.engine import SpecSettings, make_speculator
 
     target, draft = pair
     prompt = Session(target).render([{"role": "user", "content": "call a tool"}]) + \
         target.tokenizer.encode("<tool_call>", add_special_tokens=False)
     want, _, _ = run(Session(target), prompt, max_tokens=80, constraint=_tool_constraint(target))
-    spec = make_speculator(Config(drafter=kind, speculation="on", draft_model="x"), target,
+    spec = make_speculator(SpecSettings(drafter=kind, speculation="on"), target,
                            _wide_draft(draft))
     got, stats, _ = run(Session(target, speculator=spec), prompt, max_tokens=80,
                         constraint=_tool_constraint(target))
@@ -500,11 +498,10 @@ def test_constrained_speculation_equals_constrained_plain(pair, kind):
 
 
 def test_wider_draft_samples_without_error(pair):
-    from agent.config import Config
-    from agent.runtime import make_speculator
+    from agent.engine import SpecSettings, make_speculator
 
     target, draft = pair
-    spec = make_speculator(Config(drafter="model", speculation="on", draft_model="x"), target,
+    spec = make_speculator(SpecSettings(drafter="model", speculation="on"), target,
                            _wide_draft(draft))
     prompt = Session(target).render([{"role": "user", "content": "sample"}])
     toks, stats, _ = run(Session(target, speculator=spec), prompt, max_tokens=30,
@@ -525,10 +522,9 @@ def _sliding_window(lm: LoadedModel, size: int) -> LoadedModel:
 
 
 def test_cache_that_cannot_rewind_is_reset_and_refuses_speculation(pair):
-    from agent.config import Config
     from agent.engine.cache import ModelCache
     from agent.engine.step import prefill
-    from agent.runtime import make_speculator
+    from agent.engine import SpecSettings, make_speculator
 
     target, _ = pair
     windowed = _sliding_window(target, 8)
@@ -538,7 +534,7 @@ def test_cache_that_cannot_rewind_is_reset_and_refuses_speculation(pair):
     mc.rewind_to(5)  # the window has wrapped: trimming is impossible, so start over
     assert mc.offset == 0
     warnings = []
-    assert make_speculator(Config(speculation="on"), windowed, None, warnings.append) is None
+    assert make_speculator(SpecSettings(speculation="on"), windowed, warn=warnings.append) is None
     assert warnings and "cannot drop rejected tokens" in warnings[0]
     assert ModelCache(target).rewindable
 

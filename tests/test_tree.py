@@ -508,12 +508,11 @@ def test_suffix_continuations_most_frequent_first():
 
 
 def test_config_turns_trees_on(pair):
-    from agent.config import Config
-    from agent.runtime import make_speculator
+    from agent.engine import SpecSettings, make_speculator
 
     target, draft = pair
-    assert make_speculator(Config(speculation="on", draft_model="x"), target, draft).tree is None
-    spec = make_speculator(Config(speculation="on", draft_model="x", tree="auto", tree_nodes=20),
+    assert make_speculator(SpecSettings(speculation="on"), target, draft).tree is None
+    spec = make_speculator(SpecSettings(speculation="on", tree="auto", tree_nodes=20),
                            target, draft)
     assert spec.tree is not None and spec.tree.cap == 20
 

@@ -259,7 +259,7 @@ def suffix_only(suffix, max_k: int = 16):
     """The suffix index alone, as a drafter: a `PromptLookup` that never looks at the
     context, only at earlier replies. It keeps lookup's name, so the `Speculator` treats it
     as lookup (no model call per proposal, plain tokens on a miss)."""
-    from ..engine.drafters import PromptLookup
+    from ..engine import PromptLookup
 
     class SuffixOnly(PromptLookup):
         def match(self, history, k):
@@ -288,9 +288,7 @@ MODES = ("plain", "lookup", "suffix", "lookup+suffix", "lookup-again", "draft", 
 
 def _modes(target, draft, pstore, cfg, keep: Sequence[str] = ()) -> list[Mode]:
     """Plain and every drafter mode (those in `keep`, when given; plain always)."""
-    from ..engine.drafters import Combined, DraftModel, PromptLookup
-    from ..engine.session import Session
-    from ..engine.speculative import SpecPolicy, Speculator
+    from ..engine import Combined, DraftModel, PromptLookup, Session, SpecPolicy, Speculator
 
     policy = lambda: SpecPolicy(mode=cfg.speculation if cfg.speculation != "off" else "auto",  # noqa: E731
                                 fixed_k=cfg.num_draft_tokens)
@@ -380,9 +378,7 @@ def run(cfg, names: list[str], tokens: int | None, quick: bool, log, path: Path 
     so an interrupted run resumes (the summary covers every row in it)."""
 
     from .. import models
-    from ..engine.blas import loaded_blas
-    from ..engine.prefix_store import PrefixStore
-    from ..engine.suffix import SuffixIndex
+    from ..engine import PrefixStore, SuffixIndex, loaded_blas
 
     if repeat < 1:
         raise ValueError("--repeat: at least 1")
@@ -456,7 +452,7 @@ def _replay(s: Recorded, modes: list[Mode], earlier, index, repeat: int, cap: in
     place in the file."""
     import mlx.core as mx
 
-    from ..engine.sampling import SamplingParams
+    from ..engine import SamplingParams
 
     for task, reply in earlier:
         if task != s.task:  # not the same task in another edit format: no answer leaks in

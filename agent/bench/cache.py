@@ -65,14 +65,13 @@ def _turn(session, prompt: list[int], n: int = REPLY_TOKENS) -> dict:
 
 
 def _session(cfg, target, draft, store):
-    from ..engine.session import Session
-    from ..runtime import make_speculator
+    from ..engine import Session, SpecSettings, make_speculator
 
     def quiet(message: str) -> None:  # pairing warnings: the parent process showed them
         pass
 
-    return Session(target, speculator=make_speculator(cfg, target, draft, quiet), store=store,
-                   kv_bits=cfg.kv_bits)
+    spec = make_speculator(SpecSettings.from_config(cfg), target, draft, warn=quiet)
+    return Session(target, speculator=spec, store=store, kv_bits=cfg.kv_bits)
 
 
 def _load(cfg):
@@ -100,7 +99,7 @@ def _new_process(job: dict, root: Path) -> dict:
 def child(job_file: str) -> int:
     """The new process: load the models, open the store on the parent's folder, run one turn."""
     from ..config import Config
-    from ..engine.prefix_store import PrefixStore
+    from ..engine import PrefixStore
 
     job = json.loads(Path(job_file).read_text())
     cfg = Config(**job["cfg"])
@@ -115,9 +114,7 @@ def child(job_file: str) -> int:
 
 
 def run_bench(cfg, context: int = 4096, log=lambda m: print(m, file=sys.stderr)) -> dict:
-    from ..engine.blas import loaded_blas
-    from ..engine.prefix_store import PrefixStore
-    from ..engine.session import Session, render_chat
+    from ..engine import PrefixStore, Session, loaded_blas, render_chat
 
     target, draft = _load(cfg)
 

@@ -8,9 +8,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from ..engine.loading import LoadedModel
-from ..engine.sampling import SamplingParams
-from ..engine.session import Session
+from ..engine import LoadedModel, SamplingParams, Session
 from ..events import GenerationStats
 
 
@@ -59,7 +57,7 @@ def forward_ms(lm: LoadedModel, width: int, context: list[int], reps: int = 5) -
     """Median time of a `width`-token pass on top of a cache holding `context`."""
     from mlx_lm.models.cache import make_prompt_cache
 
-    from ..engine.step import forward
+    from ..engine import forward
 
     times = []
     for _ in range(reps):

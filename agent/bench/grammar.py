@@ -85,7 +85,7 @@ def schemas() -> dict[str, Schema]:
 def call_prompt(lm: Any, tool: Schema) -> list[int]:
     """Chat prompt asking for one call of `tool`, ending with the opening `<tool_call>`."""
     from ..core.callformat import OPEN
-    from ..engine.session import render_chat
+    from ..engine import render_chat
 
     system = ("You call tools by writing <tool_call>{\"name\": ..., \"arguments\": {...}}</tool_call>.\n"
               f"Tool {tool.name}: {tool.description} Arguments schema: "
@@ -104,7 +104,7 @@ def _constraint(lm: Any, ll_tok: Any, tool: Schema) -> Any:
 
 def _decode(lm: Any, ll_tok: Any, tool: Schema, prompt: list[int], speculator: Any) -> tuple[list[int], str, Any]:
     from ..core.callformat import CLOSE
-    from ..engine.session import Session
+    from ..engine import Session
 
     done = Session(lm, speculator=speculator).complete(prompt, max_tokens=MAX_CALL_TOKENS, stop_strings=[CLOSE],
                                                         constraint=_constraint(lm, ll_tok, tool))
@@ -134,8 +134,7 @@ def teacher_forced(lm: Any, ll_tok: Any, tool: Schema, prompt: list[int], call: 
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
-    from ..engine.sampling import apply_mask
-    from ..engine.step import forward, prefill
+    from ..engine import apply_mask, forward, prefill
 
     cache = make_prompt_cache(lm.model)
     prefill(lm.model, prompt[:-1], cache)
@@ -159,8 +158,7 @@ def teacher_forced(lm: Any, ll_tok: Any, tool: Schema, prompt: list[int], call: 
 
 def run(lm: Any, log: Callable[[str], None]) -> dict[str, Any]:
     from ..backends.grammar import ll_tokenizer
-    from ..engine.drafters import PromptLookup
-    from ..engine.speculative import SpecPolicy, Speculator
+    from ..engine import PromptLookup, SpecPolicy, Speculator
 
     ll_tok = ll_tokenizer(lm.tokenizer)
     rows, fwd, free, masked, n_tok = [], 0.0, 0.0, 0.0, 0

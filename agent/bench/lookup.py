@@ -68,7 +68,7 @@ def naive_rounds(lm: Any, prompt: list[int], k: int = 8,
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
 
-    from ..engine.step import forward, prefill
+    from ..engine import forward, prefill
 
     cache = make_prompt_cache(lm.model)
     prefill(lm.model, prompt[:-1], cache)
@@ -158,7 +158,7 @@ class Timed:
 
 def _session_batches(lm: Any, prompt: list[int], tokens: int, speculator: Any,
                      stats: list, stop: frozenset[int]) -> Iterator[list[int]]:
-    from ..engine.session import Session
+    from ..engine import Session
     from ..events import GenerationStats, SpeculationChanged, TextDelta
 
     session = Session(lm, speculator=speculator)
@@ -173,16 +173,16 @@ def product_speculator(lm: Any, cfg: Any) -> Any:
     """What the product runs for this model without a draft model: `make_speculator`."""
     from dataclasses import replace
 
-    from ..runtime import make_speculator
+    from ..engine import SpecSettings, make_speculator
 
-    return make_speculator(replace(cfg, drafter="lookup", draft_model=""), lm, None)
+    return make_speculator(replace(SpecSettings.from_config(cfg), drafter="lookup"), lm, None)
 
 
 def bench_workload(lm: Any, cfg: Any, w: Workload, tokens: int,
                    through_eos: bool = False) -> dict[str, Any]:
     """Plain, ours and naive advanced in turns, `SLICE` tokens at a time, so that load from
     other processes falls on all three alike even when it changes within seconds."""
-    from ..engine.session import render_chat
+    from ..engine import render_chat
     from ..events import SpeculationChanged
 
     prompt = render_chat(lm.tokenizer, [{"role": "user", "content": w.prompt_text()}])
@@ -230,7 +230,7 @@ def summarize(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run(lm: Any, cfg: Any, subset: str, tokens: int, log: Callable[[str], None],
         through_eos: bool = False) -> dict[str, Any]:
-    from ..engine.blas import loaded_blas
+    from ..engine import loaded_blas
 
     x = lambda v: f"{v:4.2f}x" if v else "  -  "  # noqa: E731  (None: a one-batch reply)
     rows = []

@@ -34,17 +34,10 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from .. import store
+from .. import models, store
+from ..engine import (Combined, DraftModel, LoadedModel, ModelNotFoundError, PrefixStore, PromptLookup,
+                      SamplingParams, Session, SpecPolicy, Speculator, TreeBudget, VerifyCost, render_chat)
 from .common import Run, timed, totals
-from ..engine.drafters import Combined, DraftModel, PromptLookup
-from ..engine.errors import ModelNotFoundError
-from .. import models
-from ..engine.loading import LoadedModel
-from ..engine.prefix_store import PrefixStore
-from ..engine.sampling import SamplingParams
-from ..engine.session import Session, render_chat
-from ..engine.speculative import SpecPolicy, Speculator
-from ..engine.tree import TreeBudget, VerifyCost
 
 PAIR = {"qwen-coder": ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b")}
 EDIT_TOOL = {
@@ -281,7 +274,7 @@ def speculator(target: LoadedModel, draft: LoadedModel, cost: VerifyCost, with_l
 def probe_cost(target: LoadedModel, cap: int, log) -> VerifyCost:
     """The target's verify cost for passes of 1, 2, 4, ... up to cap+1 positions, measured once
     (what `tree = "auto"` probes at its first round)."""
-    from ..engine.cache import make_cache
+    from ..engine import make_cache
 
     cost = VerifyCost()
     cost.probe(target.model, lambda: make_cache(target.model), cap + 1)
@@ -325,7 +318,7 @@ def summarize(rows: list[dict], ks: list[int], k: int) -> dict:
 
 def run(pair: str, tokens: int | None, fixed_k: int, log, mode: str = "auto",
         temperature: float = 0.0, top_p: float = 1.0, seed: int = 0, repeat: int = 1) -> dict:
-    from ..engine.blas import loaded_blas
+    from ..engine import loaded_blas
 
     n = tokens or 48
     ks = [fixed_k] if fixed_k else list(range(2, 7))

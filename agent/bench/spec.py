@@ -19,13 +19,9 @@ import time
 
 import mlx.core as mx
 
-from ..engine.blas import loaded_blas
-from ..engine.drafters import DraftModel, PromptLookup
 from .. import models
-from ..engine.loading import LoadedModel
-from ..engine.sampling import SamplingParams
-from ..engine.session import Session, render_chat
-from ..engine.speculative import SpecPolicy, Speculator
+from ..engine import (DraftModel, LoadedModel, PromptLookup, SamplingParams, Session, SpecPolicy, Speculator,
+                      loaded_blas, render_chat)
 from .common import Run, forward_ms, loop_period, timed, totals
 
 WORKLOADS = {
