@@ -309,7 +309,7 @@ def _main(argv: list[str] | None) -> int:
         cfg = load_config(args.repo, _flags(args))
         if _needs_engine(args) and argv is None:
             from . import store
-            from .engine.blas import ensure_openblas
+            from .engine import ensure_openblas
 
             if cfg.device != "gpu" and cfg.engine == "local":
                 warning = ensure_openblas(cfg.blas, store.home() / "blas-coretype.json")  # may re-exec
