@@ -175,6 +175,35 @@ def _subcommands(sub) -> None:
     acp.add_argument("--approval-mode", choices=CHOICES["approval_mode"])
     acp.add_argument("-y", "--yes", action="store_true", help="approve everything (full-auto)")
     _engine_flags(acp)
+    _serve_parser(sub)
+
+
+def _serve_parser(sub) -> None:
+    """`serve`: mlx_lm.server's option names where they overlap, and ours."""
+    s = sub.add_parser("serve", help="serve the engine over an OpenAI-compatible HTTP API "
+                       "(chat and text completions, tool calls, JSON output; docs/serve.md)",
+                       argument_default=argparse.SUPPRESS)
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=int, default=8080, help="port (default 8080; 0: a free one)")
+    s.add_argument("--api-key", default="", help="require 'Authorization: Bearer KEY'")
+    s.add_argument("--log", type=Path, default=None, help="also append one JSON line per request here")
+    s.add_argument("--record", type=Path, default=None, help="append each chat request's messages "
+                   "here as a JSON line (prompts for `bench spec --prompts`)")
+    s.add_argument("-m", "--model", help=f"target model (default {DEFAULT_MODEL}; as for the agent)")
+    s.add_argument("--draft-model", help="draft model for speculative decoding (same tokenizer)")
+    s.add_argument("--num-draft-tokens", "-K", type=int, metavar="K", help="pin K drafted tokens per round")
+    s.add_argument("--speculation", choices=CHOICES["speculation"])
+    s.add_argument("--drafter", choices=CHOICES["drafter"])
+    s.add_argument("--tree", choices=CHOICES["tree"])
+    s.add_argument("--temp", "--temperature", dest="temperature", type=float,
+                   help="default sampling temperature (0 = greedy); requests may set their own")
+    s.add_argument("--top-p", type=float)
+    s.add_argument("--top-k", type=int)
+    s.add_argument("--min-p", type=float)
+    s.add_argument("--repetition-penalty", type=float, metavar="P")
+    s.add_argument("--max-tokens", type=int, help="default tokens per reply")
+    s.add_argument("--device", choices=CHOICES["device"])
+    s.add_argument("--blas", choices=CHOICES["blas"])
 
 
 def _bench_parser(sub) -> None:
@@ -274,7 +303,7 @@ def _flags(args: argparse.Namespace) -> dict:
 
 
 def _needs_engine(args: argparse.Namespace) -> bool:
-    return args.command in ("bench", "eval", "acp", None)
+    return args.command in ("bench", "eval", "acp", "serve", None)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -363,6 +392,10 @@ def _dispatch(args, cfg, parser) -> int:
         from .commands import run_acp
 
         return run_acp(args, cfg, _flags(args))
+    if args.command == "serve":
+        from .commands import serve
+
+        return serve(args, cfg)
     if args.command == "undo":
         from .commands import undo
 

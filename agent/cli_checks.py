@@ -75,6 +75,8 @@ def refuse_unused(args) -> None:
         _refuse(_given(args, {**session, **ENGINE}), f"`spec-agent {cmd}`")
     elif cmd == "config":
         _refuse(_given(args, {**HEADLESS_ONLY, **INTERACTIVE_ONLY, **SESSION}), "`config show`")
+    elif cmd == "serve":
+        _refuse(_given(args, {**session, "engine": "--engine", "base_url": "--base-url"}), "`serve`")
     elif cmd in ("eval", "acp"):
         _refuse(_given(args, {**HEADLESS_ONLY, **INTERACTIVE_ONLY, **SESSION}), f"`{cmd}`")
     elif cmd == "bench":

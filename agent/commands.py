@@ -110,3 +110,18 @@ def run_acp(args, cfg: Config, flags: dict, model=None) -> int:
     finally:
         agent.close()
     return 0
+
+
+def serve(args, cfg: Config) -> int:
+    """`spec-agent serve`: the engine behind an OpenAI-compatible API until Ctrl-C (agent/serve)."""
+    from .config import ConfigError
+    from .serve.app import ServeOptions
+    from .serve.server import run
+
+    port = getattr(args, "port", 8080)
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port must be between 0 and 65535, got {port}")
+    opts = ServeOptions(host=getattr(args, "host", "127.0.0.1"), port=port,
+                        api_key=getattr(args, "api_key", ""), log=getattr(args, "log", None),
+                        record=getattr(args, "record", None))
+    return run(cfg, opts)

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = {"core", "engine", "backends", "ui", "eval", "bench"}
+FOLDERS = {"core", "engine", "backends", "ui", "eval", "bench", "serve"}
 BASE = {"agent", "agent.choices", "agent.events", "agent.cancel", "agent.exit_codes",
         "agent.safe_input"}  # data, signals and the guarded readers of input
 _BELOW_RUNTIME = {"agent.mcp", "agent.backends", "agent.core", "agent.engine", "agent.models", "agent.store",
@@ -36,11 +36,13 @@ ALLOWED: dict[str, set[str]] = {
     "agent.runtime": set(_BELOW_RUNTIME),
     "agent.eval": {"agent.runtime", *_BELOW_RUNTIME},
     "agent.bench": {"agent.runtime", "agent.ui", *_BELOW_RUNTIME},
+    "agent.serve": {"agent.runtime", *_BELOW_RUNTIME},  # the engine over HTTP, built as the runtime builds
     "agent.headless": {"agent.runtime", "agent.ui", *_BELOW_RUNTIME},
-    "agent.commands": {"agent.headless", "agent.runtime", "agent.ui", "agent.eval", *_BELOW_RUNTIME},
+    "agent.commands": {"agent.headless", "agent.runtime", "agent.ui", "agent.eval", "agent.serve",
+                       *_BELOW_RUNTIME},
     "agent.cli_checks": {"agent.config", *BASE},
     "agent.cli": {"agent.commands", "agent.headless", "agent.cli_checks", "agent.runtime", "agent.ui",
-                  "agent.eval", "agent.bench", *_BELOW_RUNTIME},
+                  "agent.eval", "agent.bench", "agent.serve", *_BELOW_RUNTIME},
 }
 
 
