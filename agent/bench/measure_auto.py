@@ -27,12 +27,8 @@ import sys
 import mlx.core as mx
 
 from ..config import Config
-from ..engine.drafters import Combined, DraftModel, PromptLookup
-from ..engine.prefix_store import PrefixStore
-from ..engine.sampling import SamplingParams
-from ..engine.session import Session, render_chat
-from ..engine.speculative import SpecPolicy, Speculator
-from ..engine.tree import TreeBudget
+from ..engine import (Combined, DraftModel, PrefixStore, PromptLookup, SamplingParams, Session,
+                      SpecPolicy, Speculator, TreeBudget, render_chat)
 from .common import timed
 from .pair import _mlx_lm, load_pair, workloads
 
@@ -57,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     seeds = [int(s) for s in args.seeds.split(",")]
     from .. import store as model_store
-    from ..engine.blas import ensure_openblas
+    from ..engine import ensure_openblas
 
     # As the CLI does (may re-exec this module): without it the reference BLAS decodes ~3x
     # slower and speculation's verify pass costs ~K single steps.
