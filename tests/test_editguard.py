@@ -199,3 +199,9 @@ def test_verdict_order():
     w.edit_applied(["a.py"])
     assert verdict("Fix it.", w) == ("answered", "")
     assert verdict("What is it?", Work()) == ("answered", "")
+
+
+@pytest.mark.parametrize("intent", ["What does GERMAN hold?", "Do not remove GERMAN; fix slugify",
+                                    "Keep GERMAN and rename add_uppercase"])
+def test_a_name_only_mentioned_or_kept_does_not_go(intent):
+    assert "GERMAN" in vet("special.py", MODULE, REWRITE, intent).kept

@@ -46,14 +46,6 @@ FAULT_OF = {"drop_code": "drop_code", "cut": "drop_code", "junk": "junk", "uncha
 FAULTS = set(FAULT_OF.values())
 # record id -> why its replay is expected to fail (a defect of the agent, not of the suite)
 KNOWN: dict[str, str] = {
-    # restore puts several left-out statements back in reverse order: PRE_TRANSLATIONS before
-    # CYRILLIC, GERMAN, GREEK (NameError on import), and commits it
-    "slugify_special-mut-truncate": "see report",
-    # a name the message only mentions (a question, "Do not change any file") counts as named
-    # to go: STOPWORDS dropped and committed
-    "textstats_explain-mut-drop_data": "see report",
-    # the reply drops the data and makes no change; with the data put back only blank lines
-    # differ, yet that is committed and counted as the change made: answered, exit 0
 }
 
 

@@ -235,6 +235,10 @@ def test_the_test_files_a_message_says_fail(tmp_path):
     assert said("Write a failing test in test_calc.py.") == []
     assert said("Add a test to test_calc.py for the failure case") == []
     assert infer("test_calc.py fails", tmp_path, listed).endswith(" test_calc.py")
+    # the failure first, then the file
+    assert said("pytest fails on tests/test_more.py (test_x). Fix calc.py.") == ["tests/test_more.py"]
+    assert said("It is failing in test_calc.py") == ["test_calc.py"]
+    assert said("It never fails on test_calc.py") == said("a failing test in test_calc.py") == []
     # the tests said to fail, no file named: every test file git lists
     for m in ("One test fails. Fix calc.py.", "Fix the failing test.", "make the tests pass",
               "The tests are failing after my change to calc.py", "a unit test doesn't pass"):

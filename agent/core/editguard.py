@@ -151,22 +151,29 @@ GOES = re.compile(r"\b(?:remov|delet|drop|renam|replac|get rid|eliminat|merg|inl
                   r"extract|consolidat|deprecat|unused|dead|instead of|without)", re.IGNORECASE)
 
 
+# words after a name that say it goes: "GERMAN is unused", "add and sub can go"
+GOES_AFTER = re.compile(r"^[^.;:!?]{0,40}?\b(?:is|are|was|were|(?:can|should|could|may|must|will)"
+                        r"(?:\s+be)?)\s+(?:now\s+)?(?:unused|dead|obsolete|redundant|not\s+(?:used|"
+                        r"needed)|go|removed|deleted|dropped|deprecated|replaced|renamed|merged|"
+                        r"inlined|moved)\b", re.IGNORECASE)
+NOT_GOES = re.compile(r"\b(?:not|never|n't|keep|leave)\s+(?:\w+\s+)?$", re.IGNORECASE)
+
+
+def _goes(text: str) -> bool:
+    """Does `text` say something goes ("remove", "is unused"), not negated ("do not remove")?"""
+    return any(not NOT_GOES.search(text[:m.start()]) for m in GOES.finditer(text))
+
+
 def _named(name: str, intent: str) -> bool:
-    """Does `intent` name `name` (or, for a member, its own name) as code: an identifier no
-    English word looks like (`slug_map`, `GERMAN`, `Table`), or a plain word in backticks or
-    quotes, an attribute (`Table.put`), called (`add(`), or in a sentence that says it goes
-    ("remove add and sub", "helper is unused")? ("add mul to calc.py" does not name the
-    function add.)"""
+    """Does `intent` name `name` (or, for a member, its own name) in a sentence that says it
+    goes: "remove add and sub", "GERMAN is unused", "drop Table.put", not "do not remove
+    GERMAN"? A name only mentioned ("what does STOPWORDS hold?", "add mul to calc.py") may not
+    go."""
     last = name.rsplit(".", 1)[-1]
-    code_like = "_" in last or any(c.isdigit() for c in last) or last != last.lower()
     for m in re.finditer(rf"(?<!\w){re.escape(last)}(?!\w)", intent):
-        if code_like or (m.start() > 0 and intent[m.start() - 1] in "`'\"."):
-            return True
-        if intent[m.end():m.end() + 1] == "(":
-            return True
-        before = re.split(r"[.!?](?:\s|$)|\n", intent[:m.start()])[-1]
+        before = re.split(r"[.!?]\s|\n", intent[:m.start()])[-1]  # ("Table." ends no sentence)
         after = re.split(r"[.!?](?:\s|$)|\n", intent[m.end():])[0]
-        if GOES.search(before[-80:]) or GOES.search(after[:60]):
+        if _goes(before[-120:]) or GOES_AFTER.search(after):
             return True
     return False
 
