@@ -152,10 +152,10 @@ GOES = re.compile(r"\b(?:remov|delet|drop|renam|replac|get rid|eliminat|merg|inl
 
 
 # words after a name that say it goes: "GERMAN is unused", "add and sub can go"
-GOES_AFTER = re.compile(r"^[^.;:!?]{0,40}?\b(?:is|are|was|were|(?:can|should|could|may|must|will)"
-                        r"(?:\s+be)?)\s+(?:now\s+)?(?:unused|dead|obsolete|redundant|not\s+(?:used|"
-                        r"needed)|go|removed|deleted|dropped|deprecated|replaced|renamed|merged|"
-                        r"inlined|moved)\b", re.IGNORECASE)
+GOES_AFTER = re.compile(
+    r"^(?:[^.;:!?]|\.(?=\S)){0,40}?\b(?:is|are|was|were|(?:can|should|could|may|must|will)"
+    r"(?:\s+be)?)\s+(?:now\s+)?(?:unused|dead|obsolete|redundant|not\s+(?:used|needed)|go|removed|"
+    r"deleted|dropped|deprecated|replaced|renamed|merged|inlined|moved)\b", re.IGNORECASE)
 NOT_GOES = re.compile(r"\b(?:not|never|n't|keep|leave)\s+(?:\w+\s+)?$", re.IGNORECASE)
 
 
