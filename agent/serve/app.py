@@ -29,9 +29,19 @@ from starlette.routing import Route
 from ..events import GenerationStats
 from ..safe_input import loads
 from .metrics import CONTENT_TYPE_LATEST, Metrics
-from .protocol import (ApiError, Sampling, chat_chunk, chat_response, completion_response,
-                       finish_reason, new_id, parse_chat, parse_completion, tool_call_json,
-                       usage_chunk)
+from .protocol import (
+    ApiError,
+    Sampling,
+    chat_chunk,
+    chat_response,
+    completion_response,
+    finish_reason,
+    new_id,
+    parse_chat,
+    parse_completion,
+    tool_call_json,
+    usage_chunk,
+)
 from .turn import Call, Done, Text
 from .worker import Job, ModelWorker
 

@@ -7,8 +7,14 @@ scraped. One registry per server (tests start several in one process).
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, disable_created_metrics, generate_latest
-from prometheus_client import CONTENT_TYPE_LATEST  # noqa: F401 - re-exported for the app
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,  # noqa: F401 - re-exported for the app
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    disable_created_metrics,
+    generate_latest,
+)
 
 from ..events import GenerationStats
 

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from ..backends.grammar import tool_call_grammar
 from ..core.callformat import CLOSE, OPEN
-from .protocol import ApiError, Tool
+from .protocol import Tool
 
 MAX_PARALLEL_CALLS = 8  # calls one reply may make
 
@@ -95,11 +95,3 @@ def calls_grammar(tools: Sequence[Tool], parallel: bool) -> str:
     more = f'("\\n" {json.dumps(OPEN)} one_call){{0,{MAX_PARALLEL_CALLS - 1}}}' if parallel else ""
     return f"start: one_call {more}\none_call:{head[len('start:'):]}\n{rest}"
 
-
-def check_grammar(ll_tok: Any, grammar: str, what: str) -> None:
-    """400 when llguidance cannot compile `grammar` (a schema feature it does not support)."""
-    from llguidance import LLMatcher
-
-    error = LLMatcher.validate_grammar(grammar, ll_tok)
-    if error:
-        raise ApiError(400, f"{what} cannot be enforced: {error}", what, "invalid_schema")
