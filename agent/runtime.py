@@ -190,7 +190,8 @@ class Runtime:
     def model_name(self) -> str:
         if self.session is not None:
             return self.session.target.name
-        label = getattr(self.model, "label", "")  # a server: "openai host:port · model"
+        # a server: "openai host:port · model" (agent/core/backend.py)
+        label = self.model.capabilities.label if self.model is not None else ""
         return label if label and label != "local" else self.cfg.model
 
     @property
@@ -261,11 +262,11 @@ class Runtime:
         self.mcp.start(tuple(extra))
         from .core.prompt import system_prompt, tools_for
 
-        if self.model is not None and hasattr(self.model, "tools"):
+        if self.model is not None:  # what the backend's grammar and tool schemas admit
             self.model.tools = tools_for(self.cfg.edit_format)
         conv = self.conversation
         if conv is not None and conv.user_messages == 0 and conv.messages:
-            native = bool(getattr(conv.model, "native_tools", False))
+            native = conv.model is not None and conv.model.capabilities.native_tools
             conv.messages[0] = {"role": "system", "content": system_prompt(
                 self.root, native, self.cfg.edit_format)}
 

@@ -16,6 +16,7 @@ from dataclasses import replace
 
 from agent.cancel import CancelToken
 from agent.config import Config
+from agent.core.backend import Capabilities
 from agent.events import Event, GenerationStats, TextDelta
 
 
@@ -37,7 +38,20 @@ INTERRUPT = "<Ctrl-C>"  # a turn the user cancels after "Partial", as Esc or Ctr
 
 
 class ScriptedModel:
-    """Replays `turns` (one string per model turn) and records the messages it was given."""
+    """Replays `turns` (one string per model turn) and records the messages it was given. Its
+    capabilities (agent/core/backend.py) come from the class attributes below, which a test's
+    subclass sets (a counter and a window, `lead=` or `sampling=` taken by its `generate`)."""
+
+    native_tools = False
+    leads = False
+    sampling = False
+    count_tokens = None
+    context_limit = reply_reserve = 0
+
+    @property
+    def capabilities(self) -> Capabilities:
+        return Capabilities("", self.native_tools, self.leads, self.sampling, self.count_tokens,
+                            self.context_limit, self.reply_reserve)
 
     def __init__(self, turns: list[str]):
         self.turns = list(turns)

@@ -166,7 +166,7 @@ def test_resample_answers_the_message_afresh_without_the_failed_attempts(git_rep
     first, second = model.seen
     assert second == first  # the same messages: the task alone, not the failed reply
     assert second[-1]["role"] == "user" and "make add pass" in second[-1]["content"]
-    assert model.temps == [0.0, 0.7] and model.params.temperature == 0.0
+    assert model.temps == [0.0, 0.7]
     assert any(isinstance(e, Warning) and "afresh" in e.message for e in events)
     # the history keeps every attempt and the test run that followed it
     roles = [m["role"] for m in conv.messages[1:]]

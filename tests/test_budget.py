@@ -104,6 +104,7 @@ def test_engine_conversation_stays_in_a_small_window(llama, git_repo):
     """The real local backend with a 6,000-token window (the system prompt takes ~2,300): tool outputs that would overflow it
     are elided; after a compaction each turn re-reads only its new tokens."""
     from agent.backends.local import LocalModel
+    from agent.core.backend import Capabilities
     from agent.engine.sampling import SamplingParams
     from agent.engine.session import Session
 
@@ -116,11 +117,9 @@ def test_engine_conversation_stays_in_a_small_window(llama, git_repo):
     class Hybrid:
         """Decides like the script, but every turn runs the engine on the real prompt."""
 
-        native_tools = False
-        label = "local"
-        count_tokens = local.count_tokens
-        context_limit = property(lambda self: local.context_limit)
-        reply_reserve = property(lambda self: local.reply_reserve)
+        capabilities = Capabilities("local", count_tokens=local.count_tokens,
+                                    context_limit=local.context_limit,
+                                    reply_reserve=local.reply_reserve)
 
         def generate(self, messages, cancel=None):
             real = [e for e in local.generate(messages, cancel) if isinstance(e, GenerationStats)]

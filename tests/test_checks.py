@@ -365,13 +365,14 @@ class Leading(ScriptedModel):
         super().__init__(turns)
         self.leads_seen: list[str] = []
 
-    def generate(self, messages, cancel=None, lead=""):
+    def generate(self, messages, cancel=None, lead="", sampling=None):
         self.leads_seen.append(lead)
         if lead:
             from agent.events import TextDelta
 
             yield TextDelta(lead, ())
-        yield from super().generate(messages, cancel)
+        # (a sampling model beneath, test_resample.Sampled, takes sampling= too)
+        yield from super().generate(messages, cancel, **({"sampling": sampling} if sampling else {}))
 
 
 STATEMENT = "calc.py\n```python\nraise ValueError('bad input')\n```\n"  # an example copied as the file
@@ -471,15 +472,13 @@ def test_lead_goes_on_from_the_files_first_line(tmp_path):
 def test_a_led_reply_sampled_again_begins_the_same_way(git_repo):
     """With resample_temperature on, a led reply whose code repeats an earlier reply's is
     sampled again, and the new sample is led too."""
-    from dataclasses import dataclass
+    from test_resample import Sampled
 
-    @dataclass(frozen=True)
-    class Params:
-        temperature: float = 0.0
+    class LeadingSampled(Leading, Sampled):
+        """Leading's lead, then Sampled's reply (it takes sampling= per call)."""
 
-    model = Leading([LEAD.removeprefix("calc.py\n```python\n").join(["calc.py\n```python\n", REST]),
-                     STATEMENT, REST, REST.replace("a * b", "b * a")])
-    model.params = Params()
+    model = LeadingSampled([LEAD.removeprefix("calc.py\n```python\n").join(["calc.py\n```python\n", REST]),
+                            STATEMENT, REST, REST.replace("a * b", "b * a")])
     cfg = led(resample_temperature=0.7)
     conv = conversation(git_repo, model, cfg)
     list(conv.send("add mul to calc.py"))  # the first message writes the file with mul

@@ -12,6 +12,7 @@ import pytest
 from scripted import ScriptedModel, call, fake_stats
 
 from agent.config import Config
+from agent.core.backend import Capabilities
 from agent.eval.report import summarize, table
 from agent.eval.runner import eval_config, run_suite, run_task
 from agent.eval.tasks import SUBSETS, TaskError, apply_reference, check, load_tasks, make_repo
@@ -72,6 +73,8 @@ def test_invalid_calls_are_counted(tmp_path):
 class StuckModel:
     """Writes forever until cancelled (a model that never ends its turn)."""
 
+    capabilities = Capabilities()  # (agent/core/backend.py: nothing beyond turns)
+
     def generate(self, messages, cancel=None):
         while not cancel.cancelled:
             yield TextDelta("and again ", (1,))
@@ -111,6 +114,8 @@ def test_unknown_task_and_bad_file(tmp_path, monkeypatch):
 
 
 class ForkFailingModel:
+    capabilities = Capabilities()  # (agent/core/backend.py: nothing beyond turns)
+
     def generate(self, messages, cancel=None):
         raise BlockingIOError(11, "Resource temporarily unavailable")
         yield

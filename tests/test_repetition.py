@@ -9,6 +9,7 @@ from pathlib import Path
 from scripted import conversation, fake_stats, git_repo  # noqa: F401
 
 from agent.backends.local import LocalModel
+from agent.core.backend import Capabilities
 from agent.core.repetition import RepetitionGuard
 from agent.events import (AgentResult, GenerationStats, RunStopped, TextDelta, Warning)
 from agent.engine.sampling import SamplingParams
@@ -76,6 +77,8 @@ def test_local_model_stops_a_looping_turn_with_reason_repetition():
 
 
 class RepeatingModel:
+    capabilities = Capabilities()  # (agent/core/backend.py: nothing beyond turns)
+
     def generate(self, messages, cancel=None):
         yield TextDelta("The Makefile runs tests. " * 6, ())
         yield replace(fake_stats(), finish_reason="repetition")

@@ -2,29 +2,26 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from agent.events import AgentResult, Warning
 from scripted import ScriptedModel, conversation, fake_stats, full_auto, git_repo  # noqa: F401
 
 
-@dataclass(frozen=True)
-class Params:
-    temperature: float = 0.0
-
-
 class Sampled(ScriptedModel):
-    """A scripted model with sampling parameters: records the temperature of each reply."""
+    """A scripted model that takes sampling per call: records the temperature of each reply
+    (0.0: its own setting) and the seeds it was given."""
+
+    sampling = True
 
     def __init__(self, turns, loop_at=()):
         super().__init__(turns)
-        self.params, self.temps, self.seeds, self.loop_at = Params(), [], [], set(loop_at)
+        self.temps, self.seeds, self.loop_at = [], [], set(loop_at)
 
-    def reseed(self, seed):
-        self.seeds.append(seed)
-
-    def generate(self, messages, cancel=None):
-        self.temps.append(self.params.temperature)
+    def generate(self, messages, cancel=None, sampling=None):
+        self.temps.append(sampling.temperature if sampling is not None else 0.0)
+        if sampling is not None:
+            self.seeds.append(sampling.seed)
         looped = len(self.temps) in self.loop_at
         for ev in super().generate(messages, cancel):
             yield replace(ev, finish_reason="repetition") if looped and hasattr(ev, "finish_reason") else ev
@@ -43,7 +40,7 @@ def test_a_reply_repeating_an_earlier_one_is_sampled_again(git_repo):
     events = list(conv.send("the tests fail, fix add"))
     warned = [e.message for e in events if isinstance(e, Warning)]
     assert any("repeats an earlier one" in w for w in warned)
-    assert model.temps == [0.0, 0.0, 0.7] and model.params.temperature == 0.0
+    assert model.temps == [0.0, 0.0, 0.7]
     assert len(model.seeds) == 1
     assert [m["content"] for m in conv.messages if m["role"] == "assistant"][-1] == OTHER
     assert (git_repo / "calc.py").read_text() == AFTER_OTHER

@@ -259,11 +259,11 @@ def test_a_call_after_a_lead_is_decoded_after_the_lead_and_the_text(llama, repo)
     model = local_model(llama, repo)
     calls = []
 
-    def stream(prompt, out, **kw):
+    def stream(prompt, out, cancel, params, *args, **kw):
         out += ["see ", OPEN, replace(fake_stats(), finish_reason="stop_string")]
         yield from ()
 
-    def call(messages, prompt, text, stats, cancel):
+    def call(messages, prompt, text, stats, cancel, params):
         calls.append((prompt, text))
         yield from ()
 

@@ -24,6 +24,7 @@ from scripted import SAMPLE, ScriptedModel, call, full_auto, git, make_repo
 
 from agent.cancel import CancelToken
 from agent.config import Config
+from agent.core.backend import Capabilities
 from agent.events import DecodeProgress, Event, GenerationStats, TextDelta
 from agent.runtime import Runtime
 from agent.ui.tui import AgentApp, wait_thread_gone
@@ -121,6 +122,8 @@ class FiguresModel:
     """One turn with known figures: a `DecodeProgress`, a pause until `go` is set, then the
     turn's `GenerationStats`."""
 
+    capabilities = Capabilities()  # (agent/core/backend.py: nothing beyond turns)
+
     def __init__(self) -> None:
         self.go = threading.Event()
 
@@ -140,6 +143,8 @@ class FiguresModel:
 
 class BlockingModel:
     """Streams "Partial" and then waits for the cancel token, as a long generation would."""
+
+    capabilities = Capabilities()  # (agent/core/backend.py: nothing beyond turns)
 
     def __init__(self) -> None:
         self.waiting = threading.Event()
@@ -329,6 +334,8 @@ class PauseAfterProgress:
     """Passes a real model's events through; after the first `DecodeProgress` it holds the
     engine (between two of its rounds) until the cancel token is set, so that Esc always
     lands mid-generation however fast the tiny model decodes."""
+
+    capabilities = Capabilities()  # (agent/core/backend.py: nothing beyond turns)
 
     def __init__(self, model) -> None:
         self.model, self.paused = model, threading.Event()

@@ -12,6 +12,7 @@ import pytest
 from scripted import SAMPLE, ScriptedModel, full_auto, make_repo
 from test_tui import drive, say, screen_text, scripted_app, until
 
+from agent.core.backend import Capabilities
 from agent.events import GenerationStats, TextDelta
 from agent.runtime import Runtime
 from agent.ui.tui import AgentApp
@@ -32,6 +33,8 @@ def _stats() -> GenerationStats:
 
 class GatedModel:
     """Answers each message with `answers[i]`; the first waits until `go` is set."""
+
+    capabilities = Capabilities()  # (agent/core/backend.py: nothing beyond turns)
 
     def __init__(self, answers: list[str]) -> None:
         self.answers, self.seen = list(answers), []

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 from tools import ToolContext
 
 from ..cancel import CancelToken
+from ..core.backend import Capabilities, Sampling
 from ..core.callformat import CLOSE, OPEN, RESULT_OPEN, call_bodies, is_first_turn, read_paths
 from ..events import Event, GenerationStats, TextDelta, Warning
 from .base import ModelError, tool_specs, wire_messages
@@ -100,7 +101,6 @@ class LocalModel:
     """Adapts `Session` to the conversation's `Model` protocol."""
 
     label = "local"
-    leads = True  # generate() takes `lead`, text the reply is to begin with
 
     def __init__(self, session: Session, params: SamplingParams, max_tokens: int, ctx: ToolContext | None,
                  constrain: bool = True, tools: Mapping[str, Any] | None = None,
@@ -134,6 +134,13 @@ class LocalModel:
             return self.session.render(messages)
         return self.session.render(wire_messages(messages, raw_calls=True), tool_specs(self.tools))
 
+    @property
+    def capabilities(self) -> Capabilities:
+        """Leads, seeded per-call sampling, exact token counts (agent/core/backend.py)."""
+        return Capabilities(self.label, self.native_tools, leads=True, sampling=True,
+                            count_tokens=self.count_tokens, context_limit=self.context_limit,
+                            reply_reserve=self.reply_reserve)
+
     # ---- the context budget (agent/core/budget.py) ----------------------------------------
 
     def count_tokens(self, messages: list[dict[str, str]]) -> int:
@@ -147,7 +154,7 @@ class LocalModel:
     def reply_reserve(self) -> int:
         return int(self.max_tokens)
 
-    def _stream(self, prompt: list[int], out: list, cancel: CancelToken,
+    def _stream(self, prompt: list[int], out: list, cancel: CancelToken, params: SamplingParams,
                 holds: tuple[str, ...] = (), **kw) -> Iterator[Event]:
         """One `Session.generate`; a degenerate loop ends it right after the token that shows
         it (finish_reason "repetition", after a `Warning`). Text deltas at the start of the
@@ -165,7 +172,7 @@ class LocalModel:
             return STOP_REASON if guard.add(token) else None
 
         try:
-            for ev in self.session.generate(prompt, params=self.params, max_tokens=self.max_tokens,
+            for ev in self.session.generate(prompt, params=params, max_tokens=self.max_tokens,
                                             cancel=cancel, watch=watch, **kw):
                 if isinstance(ev, GenerationStats):
                     if ev.finish_reason == STOP_REASON:
@@ -205,22 +212,28 @@ class LocalModel:
         self.last_grammar = tool_call_grammar(self.tools, files, generic_edit=not complete)
         return GrammarConstraint(self._ll_tok, self.last_grammar, self.session.target.vocab_size)
 
-    def reseed(self, seed: int) -> None:
-        """Seed the sampler (agent/core/resample.py draws a reply again at temperature)."""
+    def _params(self, sampling: Sampling | None) -> SamplingParams:
+        """The settings of one turn: the model's own, or `sampling`'s temperature with the
+        sampler seeded from it (agent/core/resample.py draws a reply again so)."""
+        if sampling is None:
+            return self.params
         import mlx.core as mx
 
-        mx.random.seed(seed)
+        mx.random.seed(sampling.seed)
+        return replace(self.params, temperature=sampling.temperature)
 
     def generate(self, messages: list[dict[str, str]], cancel: CancelToken | None = None,
-                 lead: str = "") -> Iterator[Event]:
+                 lead: str = "", sampling: Sampling | None = None) -> Iterator[Event]:
         """One assistant turn. `lead`: text the reply begins with, as if the model had written
-        it (`leads`): it is streamed first and the model continues after it."""
+        it (`leads`): it is streamed first and the model continues after it. `sampling`: this
+        turn's temperature and seed instead of the model's settings."""
         cancel = cancel or CancelToken()
+        params = self._params(sampling)
         prompt = self.render(messages)
         first_turn = is_first_turn(messages)
         if not lead and (self.tool_choice == "required" or (self.tool_choice == "first" and first_turn)):
             yield TextDelta(OPEN, (), (), ())
-            yield from self._call(messages, prompt, OPEN, None, cancel)
+            yield from self._call(messages, prompt, OPEN, None, cancel, params)
             return
         first: list = []
         holds = BARE_CALLS if self.native_tools else (_squash(RESULT_OPEN), *BARE_CALLS)
@@ -228,15 +241,15 @@ class LocalModel:
         if lead:  # a reply that begins with `lead` is no call written without its markers
             lead, ids = self._lead(lead)
             yield TextDelta(lead, (), (), ())
-            yield from self._stream(list(prompt) + ids, first, stop_strings=stops, cancel=cancel)
+            yield from self._stream(list(prompt) + ids, first, cancel, params, stop_strings=stops)
             stats = first.pop()
             text = lead + "".join(first)
             if stats.finish_reason == "stop_string" and text.endswith(OPEN):
-                yield from self._call(messages, prompt, text, stats, cancel)
+                yield from self._call(messages, prompt, text, stats, cancel, params)
             else:
                 yield stats
             return
-        yield from self._stream(prompt, first, stop_strings=stops, cancel=cancel, holds=holds)
+        yield from self._stream(prompt, first, cancel, params, holds, stop_strings=stops)
         stats = first.pop()
         text = "".join(first).strip()
         mimic = stats.finish_reason == "stop_string" and text == RESULT_OPEN
@@ -245,12 +258,12 @@ class LocalModel:
             # write a call's JSON without its markers: either way they want a call, so the
             # text is dropped and a call is decoded under the grammar instead.
             yield TextDelta(OPEN, (), (), ())
-            yield from self._call(messages, prompt, OPEN, stats, cancel)
+            yield from self._call(messages, prompt, OPEN, stats, cancel, params)
             return
         if stats.finish_reason != "stop_string" or not text.endswith(OPEN):
             yield stats
             return
-        yield from self._call(messages, prompt, text, stats, cancel)
+        yield from self._call(messages, prompt, text, stats, cancel, params)
 
     def _lead(self, lead: str) -> tuple[str, list[int]]:
         """`lead` as the reply's start: (its text, its tokens) without its last token, which
@@ -265,7 +278,8 @@ class LocalModel:
         return lead, ids
 
     def _call(self, messages: list[dict[str, str]], prompt: list[int], text: str,
-              stats: GenerationStats | None, cancel: CancelToken) -> Iterator[Event]:
+              stats: GenerationStats | None, cancel: CancelToken,
+              params: SamplingParams) -> Iterator[Event]:
         """Decode the call after `text` (which ends with `<tool_call>`), under the grammar."""
         constraint = self.constraint(messages)
         if constraint is not None and constraint.error:
@@ -274,6 +288,6 @@ class LocalModel:
         encode = getattr(self.session.tokenizer, "encode")
         prompt2 = list(prompt) + list(encode(text, add_special_tokens=False))
         second: list = []
-        yield from self._stream(prompt2, second, stop_strings=[CLOSE], constraint=constraint,
-                                cancel=cancel)
+        yield from self._stream(prompt2, second, cancel, params, stop_strings=[CLOSE],
+                                constraint=constraint)
         yield merge_stats(stats, second[-1]) if stats is not None else second[-1]

@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from ..cancel import CancelToken
+from ..core.backend import Capabilities, Sampling
 from ..core.callformat import CLOSE, OPEN, is_first_turn
 from ..events import Event, TextDelta, Warning
 from .base import ModelError, tool_specs, wire_messages
@@ -124,6 +125,13 @@ class OpenAIBackend:
     def label(self) -> str:
         """"openai host:port · model" (a Hub id or a path shortened to its last part)."""
         return f"openai {self.host}" + (f" · {self.model.rsplit('/', 1)[-1]}" if self.model else "")
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """Neither leads nor token counts; per-call sampling is taken (`generate`), but not
+        declared: a server's `seed` is a hint, so a rerun need not draw the same reply, and
+        the conversation resamples only where it does (agent/core/resample.py)."""
+        return Capabilities(self.label, self.native_tools)
 
     def close(self) -> None:
         self.client.close()
@@ -221,13 +229,15 @@ class OpenAIBackend:
         choice = self.opts.tool_choice
         return choice == "required" or (choice == "first" and is_first_turn(messages))
 
-    def body(self, messages: list[dict[str, str]]) -> dict[str, Any]:
+    def body(self, messages: list[dict[str, str]], sampling: Sampling | None = None) -> dict[str, Any]:
         """The request for one turn (append-only: a pure function of the history)."""
         o = self.opts
         body: dict[str, Any] = {
             "stream": True, "stream_options": {"include_usage": True},
             "max_tokens": o.max_tokens, "temperature": o.temperature, "top_p": o.top_p,
         }
+        if sampling is not None:
+            body["temperature"], body["seed"] = sampling.temperature, sampling.seed
         if self.model:
             body["model"] = self.model
         forced = self._forced(messages)
@@ -244,14 +254,16 @@ class OpenAIBackend:
 
     # ---- one turn -------------------------------------------------------------------------
 
-    def generate(self, messages: list[dict[str, str]], cancel: CancelToken | None = None) -> Iterator[Event]:
+    def generate(self, messages: list[dict[str, str]], cancel: CancelToken | None = None,
+                 sampling: Sampling | None = None) -> Iterator[Event]:
+        """One assistant turn; `sampling`: this request's temperature and seed."""
         cancel = cancel or CancelToken()
         started = time.perf_counter()
         state = StreamState(started)
         if not self.resolve_model(cancel):
             yield state.stats(self.label, cancelled=True)
             return
-        body = self.body(messages)
+        body = self.body(messages, sampling)
         self.requests = (self.requests + [body])[-8:]
         wrap = not self.native_tools and "response_format" in body
         resp = self._send("POST", "/chat/completions", cancel, body)

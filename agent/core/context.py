@@ -10,8 +10,8 @@ short note, as the context budget elides old outputs (agent/core/budget.py), so 
 stays well-formed and the saved history keeps everything (a resumed conversation reads it
 whole again).
 
-Engine-neutral: tokens come from the model's `count_tokens` where it has one, else are
-estimated as characters / 3. Nothing here draws, loads a model or runs one.
+Engine-neutral: tokens come from the backend's `count_tokens` where its capabilities
+(agent/core/backend.py) have one, else are estimated as characters / 3. Nothing here draws, loads a model or runs one.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class Counter:
     prompt less the same prompt with the text empty), else characters / 3."""
 
     def __init__(self, model: Any):
-        self.count: Callable[[list[dict[str, str]]], int] | None = getattr(model, "count_tokens", None)
+        self.count: Callable[[list[dict[str, str]]], int] | None = model.capabilities.count_tokens
         self._empty: dict[str, int] = {}
         self.exact = self.count is not None
         self.errors = _count_errors() if self.count is not None else ()
@@ -131,8 +131,8 @@ def report(conv: Any) -> str:
     if total is not None and total > summed:
         rows.append(Item("chat template (role markers, tool schemas)", total - summed))
     total = summed if total is None else max(total, summed)
-    limit = int(getattr(conv.model, "context_limit", 0) or 0)
-    reserve = int(getattr(conv.model, "reply_reserve", 0) or 0)
+    caps = conv.model.capabilities
+    limit, reserve = caps.context_limit, caps.reply_reserve
     mark = "" if counter.exact else "~"
     head = f"context: {mark}{total} tokens"
     if limit:
