@@ -102,11 +102,12 @@ def refused_back(conv: Conversation, run: Run) -> Iterator[Event]:
     """Why the last reply's code blocks were not applied goes back to the model, as a failed
     check of the reply (one fix round); where fix_mode resamples, the next reply is a fresh
     sample (`afresh`), and with `lead_refused` a refused snippet leads it (`lead_refused`).
-    Gain: the refusal itself is what keeps a broken or partial block from being written
-    (core/editguard.py); sending it back is part of f9970b6's row (tune 5/10, check 2/10,
-    "refused blocks fed back"), not measured apart. Answered afresh instead of at greedy
-    (8d97326): with refusals fed back at greedy the 0.5B wrote the same refused block again
-    (dot-dsl and grains five times each, README "the test loop on Exercism")."""
+    Gain: none recorded apart. It came in at f9970b6 with the lint loop and the names check,
+    whose row has the rates of the row before (own suite tune 5/10, check 2/10; lab/results/
+    tasks-0.5b-{tune,check}-f9970b6.json); answered afresh since 8d97326, where at greedy the
+    0.5B wrote the same refused block again (dot-dsl and grains five times each in the repair
+    run; README "the test loop on Exercism"). Kept: without it a reply whose every block was
+    refused ends the message with nothing said to the model; its removal is unmeasured."""
     refused, run.reply.refused = run.reply.refused, []
     snippets, run.reply.snippets = list(dict.fromkeys(run.reply.snippets)), []
     cfg = conv.cfg
@@ -304,10 +305,11 @@ def fresh_view(conv: Conversation, run: Run, messages: list[dict[str, str]]) -> 
 
 def keep_best(conv: Conversation, run: Run) -> Iterator[Event]:
     """Write back the best tested attempt of the message when its files are now worse.
-    Gain: keeps what a test run reached; in the loop runs (61eb946, 8d97326) keep-best held
-    the best attempt in each message where a later one scored less (e.g. allergies' last
-    attempts 1 and 0 of 50, 289c5e3); graded files, not passes: no pass is recorded as won by
-    it (README "the test loop on Exercism")."""
+    Gain: graded files, not passes. With the 1.5B + draft on check20 it held the best attempt
+    in each of six messages (allergies' last attempts scored 1 and 0 of 50, the kept one 25;
+    289c5e3, lab/results/exercism-1.5b-draft-testcmd-check20-289c5e3.jsonl); no pass is
+    recorded as won by it (README "the test loop on Exercism"). Kept: without it a message
+    ends with its worst attempt where a later reply broke an earlier, better one."""
     if run.written_tests:  # the replies' own tests judge them: scores of different tests
         return
     best = run.attempts.to_restore()
