@@ -155,7 +155,8 @@ def wrote_before(messages: list[dict[str, str]], content: str) -> bool:
                               for m in messages[:-1])
 
 
-def edit(conv: Conversation, call: ParsedCall, tool, run: Run, vetting: bool = True) -> Iterator[Event]:
+def edit(conv: Conversation, call: ParsedCall, tool, run: Run,
+         vetting: bool = True) -> Iterator[Event]:
     """Run an edit call through core/editguard.py: a whole-file write is vetted before it
     is written (with `vetting`: markup stripped, left-out code kept, or refused); any edit that
     leaves a file that does not parse is undone, so nothing broken is written or

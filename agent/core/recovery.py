@@ -122,7 +122,8 @@ def refused_back(conv: Conversation, run: Run) -> Iterator[Event]:
     return REFUSED.format(why="\n".join(refused))
 
 
-def lead_refused(conv: Conversation, run: Run, refused: list[str], snippets: list[str]) -> Iterator[Event]:
+def lead_refused(conv: Conversation, run: Run, refused: list[str],
+                 snippets: list[str]) -> Iterator[Event]:
     """The reply wrote a part of one file (small models copy the message's example statement
     as the file): the next reply begins with that file's path, an opening fence and the
     file's first line, and goes on from there (`lead_refused`, off by default; a backend that

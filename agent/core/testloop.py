@@ -151,7 +151,8 @@ def recheck(conv: Conversation, run: Run) -> None:
     run.work.passed(files)
 
 
-def start_state(conv: Conversation, test_cmd: str, last: tuple[str, Attempt | None]) -> Attempt | None:
+def start_state(conv: Conversation, test_cmd: str,
+                last: tuple[str, Attempt | None]) -> Attempt | None:
     """The files as the last message's tests saw them (`last`: its test command and those
     files), while the same test command runs and the files are still as they were then (the
     user may have changed them since)."""
