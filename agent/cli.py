@@ -232,6 +232,12 @@ def _bench_parser(sub) -> None:
                        "turns, and report medians (trained pair at --temperature > 0: each "
                        "repeat from the next seed); agentic: each drafter mode decodes every "
                        "turn this many times (plain once)")
+    bench.add_argument("--prompts", type=Path, default=None, metavar="FILE",
+                       help="spec: your own prompts (JSON lines of chat messages, as `serve "
+                       "--record` writes, or plain text lines): plain, lookup, the draft at K "
+                       "2..8, combined and auto side by side, with a recommendation")
+    bench.add_argument("--write-config", action="store_true", default=False,
+                       help="spec --prompts: write the recommended settings to the repo's .specrc")
     bench.add_argument("--record", action="store_true", default=False,
                        help="agentic: run the eval tasks with the agent and record their "
                        "sessions anew (into the replay file) instead of replaying them")
@@ -419,6 +425,13 @@ def _dispatch(args, cfg, parser) -> int:
 
 
 def _bench(args, cfg) -> int:
+    if args.what == "spec" and args.prompts is not None:
+        from .bench.prompts import main as bench_prompts_main
+
+        return bench_prompts_main(args, cfg)
+    if args.write_config:
+        print("spec-agent: error: --write-config goes with `bench spec --prompts FILE`", file=sys.stderr)
+        return EXIT_USAGE
     if args.what == "lookup":
         from .bench.lookup import main as bench_lookup_main
 

@@ -27,7 +27,8 @@ ENGINE = {"model": "-m/--model", "draft_model": "--draft-model", "num_draft_toke
           "device": "--device", "blas": "--blas", "engine": "--engine", "base_url": "--base-url"}
 BENCH = {"quick": "--quick", "tokens": "--tokens", "subset": "--subset",
          "through_eos": "--through-eos", "pair": "--pair", "eps": "--eps", "record": "--record",
-         "sessions": "--sessions", "repeat": "--repeat", "modes": "--modes", "out": "--out"}
+         "sessions": "--sessions", "repeat": "--repeat", "modes": "--modes", "out": "--out",
+         "prompts": "--prompts", "write_config": "--write-config"}
 DEFAULTS = {"output_format": "text", "input_format": "text", "subset": "all", "pair": "auto",
             "eps": 0.5, "sessions": "", "repeat": 1, "modes": "", "out": ""}
 
@@ -43,6 +44,10 @@ BENCH_READS = {
     "agentic": {"quick", "tokens", "record", "sessions", "subset", "model", "draft_model",
                 "device", "blas", "speculation", "num_draft_tokens", "repeat", "modes", "out"},
 }
+# What `bench spec --prompts FILE` reads (agent/bench/prompts.py): the user's models and
+# sampling, every speculation setting the configurations start from.
+PROMPTS_READS = {"prompts", "write_config", "tokens", "model", "draft_model", "device", "blas",
+                 "drafter", "speculation", "temperature", "top_p", "top_k", "min_p"}
 # What `bench agentic --record` does not read (it runs the agent, it replays nothing).
 AGENTIC_REPLAY_ONLY = {"quick": "--quick", "tokens": "--tokens", "repeat": "--repeat",
                        "modes": "--modes", "out": "--out"}
@@ -80,9 +85,11 @@ def refuse_unused(args) -> None:
     elif cmd in ("eval", "acp"):
         _refuse(_given(args, {**HEADLESS_ONLY, **INTERACTIVE_ONLY, **SESSION}), f"`{cmd}`")
     elif cmd == "bench":
-        reads = BENCH_READS[args.what]
+        prompts = args.what == "spec" and getattr(args, "prompts", None) is not None
+        reads = PROMPTS_READS if prompts else BENCH_READS[args.what]
         unused = {k: v for k, v in {**ENGINE, **BENCH}.items() if k not in reads}
-        _refuse(_given(args, {**session, **unused}), f"`bench {args.what}`")
+        _refuse(_given(args, {**session, **unused}),
+                "`bench spec --prompts`" if prompts else f"`bench {args.what}`")
         if args.what == "agentic" and getattr(args, "record", False):
             _refuse(_given(args, AGENTIC_REPLAY_ONLY), "`bench agentic --record`")
     if cmd is not None and getattr(args, "prompt", None) is not None:
