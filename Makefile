@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 setup: $(STAMP) openblas sandbox
 
 # On Linux the MLX CPU wheel links the reference BLAS; Debian's OpenBLAS makes passes over many
-# tokens (prefill, speculative verify) far faster (README: CPU performance).
+# tokens (prefill, speculative verify) far faster (docs/models.md: CPU performance).
 # Installed when we are root with apt-get; otherwise spec-agent prints how to get it.
 openblas:
 	@if [ "$$(uname)" = Linux ] && [ ! -e /usr/lib/$$(uname -m)-linux-gnu/openblas-pthread/libopenblas.so.0 ]; then \
