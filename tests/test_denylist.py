@@ -88,11 +88,12 @@ CLASSES = {
     ],
     "git folder": [
         "mv .git .git.bak", "cp -r /tmp/evil/.git .", "ln -sf /tmp/hooks .git/hooks",
-        "echo x > .git/hooks/pre-commit", "chmod -R 777 .git", "rm -rf .{g,}it",
+        "echo x > .git/hooks/pre-commit", "chmod -R 777 .git", "rm -rf .{g,}it", "git init --bare .",
     ],
     "the machine": [
         "crontab -r", "systemctl --user enable evil", "kill -9 -1", "shutdown -h now", "mkfs.ext4 /dev/sdb",
-        "passwd", "dd if=/dev/zero of=/dev/sda",
+        "passwd", "dd if=/dev/zero of=/dev/sda", "pkill python", "killall -9 node", "sh -c 'pkill -f x'",
+        "ssh-add -D", "ssh-add -d ~/.ssh/id_ed25519",
     ],
 }
 FREE = [
@@ -118,7 +119,7 @@ FREE = [
     "for f in *.py; do python -m py_compile \"$f\"; done", "bash tests.sh", "./tests.sh", "sh -c 'pytest -q'",
     "bash -c 'for i in 1 2 3; do echo $i; done'", "source .venv/bin/activate && pytest",
     "watch -n 5 'git status --short'", "trap 'rm -f out.txt' EXIT", "make -C docs html", "pytest -k shutdown",
-    "crontab -l", "systemctl status docker", "kill %1", "awk -F, '{print $1, $2}' data.csv",
+    "crontab -l", "systemctl status docker", "kill %1", "kill $!", "ssh-add -l", "git init sub", "awk -F, '{print $1, $2}' data.csv",
 ]
 
 

@@ -347,6 +347,10 @@ def _system_why(line: _Line, name: str, args: list[str]) -> str:
         return f"{name} changes the machine's configuration"
     if name == "kill" and ("-1" in args[1:] or args[-2:] == ["--", "-1"]):
         return "kill -1 signals every process"
+    if name in ("pkill", "killall", "skill", "slay"):
+        return f"{name} signals every process whose name matches, the user's own too"
+    if name == "ssh-add" and {"-D", "-d", "-x", "-X", "-e", "-s"} & set(args):
+        return "ssh-add changes the keys the SSH agent holds"
     if name in ("make", "gmake", "ninja", "cmake") and any(
             outside(d, line.cwd, line.root) for d in option_values(args, "-C", "--directory")):
         return f"{name} -C runs the build of a folder outside the repo"

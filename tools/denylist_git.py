@@ -143,6 +143,8 @@ def _elsewhere_why(sub: str, rest: list[str], cwd: Path, root: Path) -> str:
         paths += option_values(rest, "-o")
     ops = operands([a for a in rest if not a.startswith("--") or "=" in a])
     if sub == "init":
+        if "--bare" in rest:
+            return "git init --bare writes a repository's files into a folder"
         paths += ops[:1]
     elif sub == "clone" or (sub, ops[:1]) in (("worktree", ["add"]), ("bundle", ["create"])):
         paths += ops[1:2]
