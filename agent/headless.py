@@ -171,6 +171,8 @@ def _run_messages(runtime, args, task: str | None, inbox, write, model) -> tuple
                 renderer.handle(ev)
                 result = ev
         code, ran = for_stop_reason(getattr(result, "stop_reason", "")), ran + 1
+    if inbox is not None and (inbox.error or not ran) and hasattr(renderer, "input_error"):
+        renderer.input_error(inbox.error or "no user message on stdin")
     return code, ran
 
 

@@ -138,8 +138,11 @@ def test_bad_stdin_is_one_error_and_exit_2(git_repo, capsys, stdin, why):
     args = SimpleNamespace(repo=git_repo, output_format="stream-json", stats=False,
                            input_format="stream-json")
     assert run_headless(None, args, full_auto(), model=ScriptedModel([]), stdin=io.StringIO(stdin)) == 2
-    err = capsys.readouterr().err
+    out, err = capsys.readouterr()
     assert why in err and err.count("\n") == 1
+    last = json.loads(out.splitlines()[-1])  # a client waiting for a result gets one
+    assert last["type"] == "result" and last["is_error"] and last["subtype"] == "error_during_execution"
+    assert why in last["errors"][0]
 
 
 def test_continue_and_resume_pick_up_the_saved_conversation(git_repo, capsys):

@@ -131,6 +131,18 @@ class StreamJsonRenderer:
                  "is_error": is_error}
         self.write(self._envelope("user", [block]))
 
+    def input_error(self, message: str) -> None:
+        """The result line for stdin the run could not use (a client waiting for a result
+        gets one: is_error, the error in `errors`)."""
+        self.write({
+            "type": "result", "subtype": "error_during_execution", "is_error": True,
+            "duration_ms": 0, "duration_api_ms": 0, "num_turns": 0, "result": "",
+            "session_id": self.session_id, "stop_reason": None, "total_cost_usd": 0.0,
+            "usage": {"input_tokens": 0, "cache_read_input_tokens": 0,
+                      "cache_creation_input_tokens": 0, "output_tokens": 0},
+            "permission_denials": [], "uuid": _uid(), "errors": [message],
+            "spec_agent": {"stop_reason": "input_error", "error": message}})
+
     def _final(self, ev: AgentResult) -> None:
         reason = ev.stop_reason or self.stop_reason
         u = ev.usage
