@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 from pathlib import Path
@@ -312,8 +313,19 @@ def _needs_engine(args: argparse.Namespace) -> bool:
     return args.command in ("bench", "eval", "acp", "serve", None)
 
 
+class _LogLine(logging.Formatter):
+    """A library warning in the CLI's own shape: `spec-agent: warning: ...`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return f"spec-agent: {record.levelname.lower()}: {record.getMessage()}"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit code (see agent/commands.py for a run's codes)."""
+    if not logging.getLogger().handlers:  # (a host that set up logging keeps its own)
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_LogLine())
+        logging.basicConfig(level=logging.WARNING, handlers=[handler])
     try:
         try:
             return _main(argv)

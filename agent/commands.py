@@ -97,7 +97,7 @@ def run_acp(args, cfg: Config, flags: dict, model=None) -> int:
     from .ui.acp import SpecAgent, protocol_stdout, serve
 
     log = logging.getLogger("spec-agent.acp")
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO,
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, force=True,
                         format="spec-agent acp: %(levelname)s: %(message)s")
     out = protocol_stdout()
     root = workspace(args)

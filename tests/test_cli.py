@@ -227,3 +227,14 @@ def test_resume_of_unknown_conversation_is_exit_2(tmp_path, monkeypatch):
     args.resume, args.continue_last = None, True
     with pytest.raises(HistoryError, match="no earlier conversation"):
         agent.commands.interactive(args, Config())
+
+
+def test_a_library_warning_reads_like_the_cli_own(tmp_path):
+    """A module's `logging` warning (e.g. a damaged converted-weights entry) is printed as
+    `spec-agent: warning: ...`, one line."""
+    code = ("import logging\nfrom agent import cli\ncli.main(['models', 'list'])\n"
+            "logging.getLogger('agent.engine.convert_cache').warning('cache: ignored %s', 'x')\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                       env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+                       timeout=60)
+    assert r.returncode == 0 and r.stderr.splitlines()[-1] == "spec-agent: warning: cache: ignored x"
