@@ -171,6 +171,9 @@ def _post(url: str, body, **kw) -> httpx.Response:
     ({"messages": [{"role": "wizard", "content": "hi"}]}, 400, None),
     ({"messages": [{"role": "user", "content": "hi"}], "n": 2}, 400, None),
     ({"messages": [{"role": "user", "content": "hi"}], "temperature": -1}, 400, None),
+    ({"messages": [{"role": "user", "content": "hi"}], "stream": True, "stream_options": 0}, 400, None),
+    ({"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function", "function": {"name": "f"}}],
+      "tool_choice": {"type": "function", "function": "f"}}, 400, None),
 ])
 def test_bad_requests_get_one_openai_error_and_the_server_keeps_serving(served, body, status, code):
     url = served[0].url

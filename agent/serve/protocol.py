@@ -145,7 +145,8 @@ def _stream_flags(body: dict) -> tuple[bool, bool]:
     stream = body.get("stream", False)
     if not isinstance(stream, bool):
         raise _bad("'stream' must be a boolean", "stream")
-    opts = body.get("stream_options") or {}
+    opts = body.get("stream_options")
+    opts = {} if opts is None else opts
     if not isinstance(opts, dict):
         raise _bad("'stream_options' must be an object", "stream_options")
     return stream, bool(opts.get("include_usage", False))
@@ -239,7 +240,8 @@ def _tools(body: dict) -> tuple[Tool, ...]:
 def _tool_choice(body: dict, tools: tuple[Tool, ...]) -> str:
     choice = body.get("tool_choice", "auto" if tools else "none")
     if isinstance(choice, dict):
-        name = (choice.get("function") or {}).get("name") if choice.get("type") == "function" else None
+        fn = choice.get("function") if choice.get("type") == "function" else None
+        name = fn.get("name") if isinstance(fn, dict) else None
         if name not in {t.name for t in tools}:
             raise _bad("'tool_choice' names a function that is not in 'tools'", "tool_choice")
         return name
