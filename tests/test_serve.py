@@ -337,3 +337,25 @@ def test_tool_calls_are_valid_against_their_schemas(embedded_url):
     again = client.chat.completions.create(model="embedded", messages=follow, tools=TOOLS, max_tokens=16)
     assert again.choices[0].finish_reason in ("stop", "length", "tool_calls")
     assert again.usage.prompt_tokens_details.cached_tokens > 0
+
+
+@pytest.mark.embedded
+def test_the_ai_sdk_request_shape_gets_a_call_and_usage(embedded_url):
+    """As @ai-sdk/openai-compatible (opencode) sends it: `$schema` and `strict` in the tool,
+    text parts, `user`, penalties, usage asked of the stream."""
+    params = {"$schema": "http://json-schema.org/draft-07/schema#", **TIME}
+    body = {"model": "embedded", "stream": True, "stream_options": {"include_usage": True},
+            "messages": [{"role": "user", "content": [{"type": "text", "text": "Time in UTC?"}]}],
+            "tools": [{"type": "function", "function": {"name": "get_time", "description": "Time in a zone",
+                                                        "parameters": params, "strict": False}}],
+            "tool_choice": "required", "max_tokens": 64, "temperature": 0, "top_p": 1, "user": "u1",
+            "frequency_penalty": 0, "presence_penalty": 0}
+    with httpx.stream("POST", embedded_url + "/chat/completions", json=body, timeout=120,
+                      headers={"Authorization": f"Bearer {KEY}"}) as r:
+        assert r.status_code == 200
+        chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+    calls = [tc for c in chunks if c["choices"] for tc in c["choices"][0]["delta"].get("tool_calls", [])]
+    assert calls and all(c["function"]["name"] == "get_time" for c in calls)
+    for c in calls:
+        jsonschema.validate(json.loads(c["function"]["arguments"]), TIME)
+    assert chunks[-1]["choices"] == [] and chunks[-1]["usage"]["completion_tokens"] > 0
