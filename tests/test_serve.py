@@ -340,6 +340,17 @@ def test_tool_calls_are_valid_against_their_schemas(embedded_url):
 
 
 @pytest.mark.embedded
+def test_a_call_cut_by_max_tokens_comes_back_as_text_with_finish_length(embedded_url):
+    client = openai.OpenAI(base_url=embedded_url, api_key=KEY, max_retries=0)
+    ask = [{"role": "user", "content": "What is the weather in Paris, in celsius?"}]
+    r = client.chat.completions.create(model="embedded", messages=ask, tools=TOOLS, tool_choice="required",
+                                       max_tokens=4)
+    choice = r.choices[0]
+    assert choice.finish_reason == "length" and not choice.message.tool_calls
+    assert choice.message.content.startswith("<tool_call>") and len(choice.message.content) > 11
+
+
+@pytest.mark.embedded
 def test_the_ai_sdk_request_shape_gets_a_call_and_usage(embedded_url):
     """As @ai-sdk/openai-compatible (opencode) sends it: `$schema` and `strict` in the tool,
     text parts, `user`, penalties, usage asked of the stream."""

@@ -106,8 +106,9 @@ def _text_phase(session, prompt: list[int], plan: Plan, stops: Sequence[str], ca
 
 
 def _calls_phase(session, prompt: list[int], plan: Plan, budget: int, cancel: CancelToken,
-                 out: list) -> Iterator[Call]:
-    """The calls after `<tool_call>` (in the prompt), each yielded once it is closed."""
+                 out: list) -> Iterator[Call | Text]:
+    """The calls after `<tool_call>` (in the prompt), each yielded once it is closed; a call
+    that max_tokens cuts is yielded as its text (finish_reason "length")."""
     text, sent, stats = "", 0, None
     for ev in session.generate(prompt, params=plan.params, max_tokens=budget,
                                constraint=plan.constraint, cancel=cancel):
@@ -121,6 +122,10 @@ def _calls_phase(session, prompt: list[int], plan: Plan, budget: int, cancel: Ca
                 sent += 1
         elif isinstance(ev, GenerationStats):
             stats = ev
+    whole = OPEN + text
+    cut = whole[whole.rfind(CLOSE) + len(CLOSE):] if CLOSE in whole else whole
+    if stats is not None and stats.finish_reason == "length" and cut.strip():
+        yield Text(cut.strip())  # a call cut by max_tokens: shown as text, never dropped
     out.append((stats, sent))
 
 
