@@ -183,7 +183,10 @@ def test_an_edit_file_call_that_breaks_the_file_is_undone(tmp_path):
     ("Fix the bug in slugify.", True), ("Can you add a docstring to f?", True),
     ("What does slugify do?", False), ("Explain the module.", False),
     ("Fix nothing, just explain why it fails.", False), ("Why does the test fail?", False),
-    ("Rename foo to bar", True), ("Please make the tests pass", True)])
+    ("Rename foo to bar", True), ("Please make the tests pass", True),
+    ("Fix the bug but do not change the tests", True), ("Fix calc.py; do not commit", True),
+    ("Explain what sub does; do not change calc.py", False), ("Do not change any file.", False),
+    ("Explain it. Change nothing.", False)])
 def test_asks_edit(text, wants):
     assert asks_edit(text) is wants
 

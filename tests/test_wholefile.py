@@ -686,3 +686,22 @@ def test_the_one_attached_files_code_is_found_beside_a_usage_example(git_repo):
     reply = f"```python\n{code}```\nFor example:\n```python\nprint(accumulate([1], str))\n```\n"
     _send_one(git_repo, reply, "Implement accumulate in acc.py.")
     assert (git_repo / "acc.py").read_text() == code
+
+
+@pytest.mark.parametrize("message", ["Explain what calc.py does. Do not change any file.",
+                                     "Change nothing, just tell me what add does"])
+def test_a_message_that_forbids_any_change_gets_nothing_written(git_repo, message):
+    from agent.core.wholefile import forbids_change
+    from scripted import call
+
+    before = (git_repo / "calc.py").read_text()
+    new = before.replace("return a + b", "return a + b  # sum")
+    model = ScriptedModel([call("write_file", path="calc.py", content=new), fenced("calc.py", new)])
+    events = list(conversation(git_repo, model, full_auto(edit_format="whole", sandbox="off"))
+                  .send(message))
+    assert (git_repo / "calc.py").read_text() == before  # neither the call nor the block wrote
+    assert any(isinstance(e, ToolCallFinished) and not e.ok and "no change" in e.output for e in events)
+    assert events[-1].stop_reason == "answered" and not events[-1].is_error
+    assert not forbids_change("Fix the bug but do not change the tests")
+    assert not forbids_change("fix calc.py without touching anything else")
+    assert not forbids_change("Do not change any file in tests/")

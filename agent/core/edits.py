@@ -26,8 +26,9 @@ from .git import GitSafetyError
 from .runstate import Run
 from .searchreplace import apply_edits, is_edit_fence, parse_edits, whole_verdict
 from .snapshots import SnapshotError
-from .wholefile import (FileBlock, asks_change, copies, current_text, defined, is_snippet, judge,
-                        names_new_file, owners_in, parse_blocks, prose, quotes, retarget, spliced)
+from .wholefile import (FileBlock, asks_change, copies, current_text, defined, forbids_change,
+                        is_snippet, judge, names_new_file, owners_in, parse_blocks, prose, quotes,
+                        retarget, spliced)
 
 if TYPE_CHECKING:
     from .conversation import Conversation
@@ -110,6 +111,10 @@ def block_calls(conv: Conversation, run: Run, reply: str, message: str) -> Itera
                     rep.snippets.append(block.path)
             continue
         calls.append(ParsedCall("write_file", {"path": block.path, "content": block.content}))
+    if calls and forbids_change(asked):
+        yield Warning("the message asks for no change: the reply's code for "
+                      f"{', '.join(c.arguments['path'] for c in calls)} is not written")
+        return []
     return calls
 
 
@@ -162,6 +167,8 @@ def edit(conv: Conversation, call: ParsedCall, tool, run: Run,
     leaves a file that does not parse is undone, so nothing broken is written or
     committed."""
     root = conv.root
+    if forbids_change(typed_text(run.task)):
+        return ToolResult.error("the message asks for no change to any file: not written")
     paths = [str(call.arguments.get(arg, "")) for arg in tool.paths]
     before = {p: current_text(root, p) for p in paths}
     if vetting and call.name == "write_file" and paths:

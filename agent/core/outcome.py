@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 
 from .testcmd import sentences
+from .wholefile import forbids_change
 
 # verbs that ask for a change to the code (in a sentence that is not a question, or in a
 # request phrased as one: "Can you fix ...?")
@@ -24,9 +25,8 @@ CHANGE = re.compile(
     r"turn|patch|resolve|complete|finish|generate|debug|adjust|tweak|restore|revert|undo)\b",
     re.IGNORECASE)
 REQUEST = re.compile(r"^\s*(?:please\b|(?:can|could|would|will) you\b|pls\b)", re.IGNORECASE)
-NO_CHANGE = re.compile(r"\b(?:(?:do not|don't|dont|without|never) (?:chang|edit|modif|touch|writ|"
-                       r"commit|fix)|just explain|only explain|explain only|no changes?\b|"
-                       r"read[- ]only|dry[- ]run)", re.IGNORECASE)
+# a verb a sentence negates ("do not change the tests") asks for nothing
+NEGATED = re.compile(r"\b(?:do not|don't|dont|without|never|not)\s+\w+", re.IGNORECASE)
 
 # the three stop reasons of a message whose work is not done, with the line a UI shows
 NOT_DONE = {
@@ -37,11 +37,13 @@ NOT_DONE = {
 
 
 def asks_edit(text: str) -> bool:
-    """Does `text` (what the person typed) ask for a change to files?"""
-    if NO_CHANGE.search(text):
+    """Does `text` (what the person typed) ask for a change to files? Not where it forbids
+    every change ("do not change any file", "just explain"); a verb it negates ("fix it but
+    do not change the tests") does not count."""
+    if forbids_change(text):
         return False
     for s in sentences(text):
-        if not CHANGE.search(s):
+        if not CHANGE.search(NEGATED.sub(" ", s)):
             continue
         if not s.rstrip().endswith("?") or REQUEST.search(s):
             return True

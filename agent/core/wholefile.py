@@ -300,6 +300,21 @@ NO_CHANGE = re.compile(r"\b(?:(?:do not|don't|dont|without) (?:chang|edit|modif|
                        r"just explain|only explain|explain only)", re.IGNORECASE)
 
 
+# A message that forbids every change ("do not change any file", "change nothing", "just
+# explain"), not one that spares some files ("fix it but do not change the tests").
+FORBIDS_CHANGE = re.compile(
+    r"\b(?:(?:do not|don't|dont|never|without)\s+(?:chang|edit|modif|touch|writ)\w*\s+"
+    r"(?:anything\b|any(?:\s+files?)?\b|a single \w+|(?:the|this) file\b|it\b)(?!\s+files?\b)"
+    r"(?!\s+(?:else|other|in|under|outside|but|except)\b)"
+    r"|\b(?:fix|change|edit|modify|touch)\s+nothing\b(?!\s+(?:else|but|except))"
+    r"|\bno\s+(?:changes|edits)\b|just explain|only explain|explain only)", re.IGNORECASE)
+
+
+def forbids_change(text: str) -> bool:
+    """Does the typed `text` forbid every change to the repository's files?"""
+    return bool(FORBIDS_CHANGE.search(text[:20_000]))
+
+
 def keeps_all(intent: str) -> bool:
     """May a reply that writes only part of a Python file be kept whole (core/pymerge.py)?
     `intent`: what the person typed (and what they answered: the earlier request, the reply
