@@ -249,26 +249,28 @@ def test_the_test_files_a_message_says_fail(tmp_path):
 
 
 @needs_bwrap
-def test_a_message_that_says_its_tests_fail_has_them_run_first_and_a_fix_asked_for(git_repo):
-    """Tests the message says fail are run before the first reply and shown with it; a reply
-    that explains the fix without writing it is asked once for the fix; the fix is tested."""
+def test_a_message_that_says_its_tests_fail_has_them_run_first(git_repo):
+    """Tests the message says fail are run before the first reply and shown with it; the fix
+    is tested; a reply that explains the fix without writing it ends the message, not done
+    (it is not sent back: the rule that asked for the fix passed nothing more, issue 56)."""
     _failing_repo(git_repo)
-    model = ScriptedModel(["The bug: add takes abs of both numbers.", RIGHT, "Fixed."])
+    task = "The test in calc_test.py fails. Find the bug in calc.py and fix it."
     cfg = full_auto(edit_format="whole", max_fix_rounds=2)
-    events = list(conversation(git_repo, model, cfg).send(
-        "The test in calc_test.py fails. Find the bug in calc.py and fix it."))
+    model = ScriptedModel(["The bug: add takes abs of both numbers."])
+    events = list(conversation(git_repo, model, cfg).send(task))
+    assert len(model.seen) == 1 and events[-1].stop_reason != "answered"
+    model = ScriptedModel([RIGHT, "Fixed."])
+    events = list(conversation(git_repo, model, cfg).send(task))
     notes = [e.message for e in events if isinstance(e, Warning)]
     assert any("says its tests fail" in n and "calc_test.py" in n for n in notes)
     tests = [e for e in events if isinstance(e, CheckRun) and e.kind == "test"]
-    # run first (shown, not fed back), again before the model is asked for the fix, after it
-    assert [(t.ok, t.round, t.fed_back) for t in tests] == [(False, 0, False), (False, 1, True),
-                                                            (True, 2, False)]
+    # run first (shown, not fed back), then after the fix
+    assert [(t.ok, t.round, t.fed_back) for t in tests] == [(False, 0, False), (True, 1, False)]
     first = model.seen[0][-1]["content"]
     assert first.startswith("The test in calc_test.py fails.")
     assert "The tests fail now (the agent ran `" in first and "1 failed, 1 passed" in first
     from agent.core.attach import typed_text
     assert typed_text(first) == "The test in calc_test.py fails. Find the bug in calc.py and fix it."
-    assert "No file changed, and the tests the message is about still fail" in model.seen[1][-1]["content"]
     assert "return a + b" in (git_repo / "calc.py").read_text()
     # tests that pass are run, not shown
     model = ScriptedModel(["It passes."])
@@ -282,12 +284,12 @@ def test_a_message_that_says_its_tests_fail_has_them_run_first_and_a_fix_asked_f
     events = list(conversation(git_repo, model, cfg).send("Why does calc_test.py fail?"))
     assert len(model.seen) == 1 and "The tests fail now" in model.seen[0][-1]["content"]
     assert events[-1].stop_reason == "answered"
-    # a fix made through the shell (no file edit recorded) is not told it changed nothing
+    # a fix made through the shell (no file edit recorded): the reply after it ends the message
     model = ScriptedModel([call("run_shell", command="sed -i 's/abs(a) + abs(b)/a + b/' calc.py"),
                            "Fixed it with sed."])
     events = list(conversation(git_repo, model, cfg).send("calc_test.py fails: fix calc.py"))
     assert len(model.seen) == 2 and "return a + b" in (git_repo / "calc.py").read_text()
-    assert [(t.ok, t.round) for t in events if isinstance(t, CheckRun)] == [(False, 0), (True, 1)]
+    assert [(t.ok, t.round) for t in events if isinstance(t, CheckRun)] == [(False, 0)]
 
 
 def test_tests_the_message_names_but_does_not_say_fail_are_not_run(git_repo):

@@ -10,6 +10,11 @@ same code. The rules answer those while fix rounds (`max_fix_rounds`) are left.
 calls `after_loop` on a reply the repetition guard stopped and `fresh_view` before a fresh
 reply. Redrawing a looping or repeating reply at once is core/resample.py's. Not here: the
 checks themselves (core/checks.py), what a code block writes (core/edits.py).
+
+Removed for no gain on check: asking once for the fix when a reply to "the tests fail, fix
+it" changed no file (dbeb3cf). Without it the own suite's check answers are the same, tune
+loses off_by_one_slice (the task it was written on), and on Exercism it acted 11 times, 5 on
+check exercises, and none passed (lab/results/tasks-0.5b-{tune,check}-nofix56-5fe730c.json).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from ..events import CheckRun, Event, Warning
+from ..events import Event, Warning
 from .attach import typed_text
 from .attempts import restart_files, restart_view, resamples as mode_resamples
 from .callformat import ParsedCall
@@ -38,10 +43,6 @@ UNCHANGED = ("The code you wrote for {files} is the file exactly as it already i
              "made; if it needs none, say so in one line, without a code block.")
 LOOPED = ("Your reply kept repeating the same text and was stopped. Answer the message again, "
           "with each part of it written once.")
-NO_FIX = ("No file changed, and the tests the message is about still fail (`{cmd}`). Fix the "
-          "code: {how}")
-NO_FIX_HOW = {"whole": "reply with the file's path on one line and then the whole corrected "
-              "file in one code block."}
 REPEATED = ("Your code is the same as in your earlier reply, so it changes nothing and would "
             "fail the same way. Find what causes the error the message before it shows, then "
             "reply with the file's path on one line and the corrected code in one code block, "
@@ -50,8 +51,8 @@ REPEATED = ("Your code is the same as in your earlier reply, so it changes nothi
 
 def more_to_do(conv: Conversation, run: Run) -> Iterator[Event]:
     """What the model is sent back with instead of ending the message ('' for nothing), by
-    the first rule that acts: a repeat pointed out, a refused block, no fix, an unchanged
-    file pointed out, a change request answered with the files as they stand, a failed
+    the first rule that acts: a repeat pointed out, a refused block, an unchanged file
+    pointed out, a change request answered with the files as they stand, a failed
     check of the edits (an unchanged rewrite checked too); else the best attempt is kept
     and the Stop hooks have their say."""
     if run.cancel.cancelled:
@@ -60,9 +61,6 @@ def more_to_do(conv: Conversation, run: Run) -> Iterator[Event]:
     if note:
         return note
     note = yield from refused_back(conv, run)
-    if note:
-        return note
-    note = yield from no_fix(conv, run)
     if note:
         return note
     unchanged, run.reply.unchanged = run.reply.unchanged, []
@@ -139,36 +137,6 @@ def lead_refused(conv: Conversation, run: Run, refused: list[str],
     run.marks.lead = lead(snippets[0], Path(conv.root))
     yield Warning(f"the reply wrote only a part of {snippets[0]}; the next reply "
                   "begins with the file's path and writes it whole (lead_refused)")
-
-
-def no_fix(conv: Conversation, run: Run) -> Iterator[Event]:
-    """What a reply that changed no file is sent back with, once a message, when the
-    message asks to fix tests of its own that fail and they still fail when run again
-    ('' otherwise; a fix made through the shell shows as passing tests): a small model
-    often explains the fix and writes nothing.
-    Gain: none recorded. dbeb3cf (with the tests run first): own suite tune 6/10 -> 6/10,
-    check 2/10 -> 2/10; on the one task where it acted each time, the off-by-one, the 0.5B
-    wrote the file out unchanged and then prose (lab/results/tasks-0.5b-{tune,check}-
-    dbeb3cf.json against -ec17d80.json; README, the dbeb3cf row). Kept (see the report of
-    issue 56): its removal has not been measured on the suite, where it acts on the
-    off-by-one tasks."""
-    from .checks import shell
-    from .testcmd import asks_fix
-
-    rep, cfg = run.reply, conv.cfg
-    if (run.marks.told_no_fix or not run.tests_fail or run.changed_any or run.edited
-            or rep.same or rep.unchanged or run.fix_rounds >= cfg.max_fix_rounds
-            or not asks_fix(typed_text(run.task))):
-        return ""
-    run.marks.told_no_fix = True
-    out = shell("test", run.test_cmd, conv.ctx)
-    yield CheckRun("test", run.test_cmd, out.ok, out.output, run.fix_rounds + 1, not out.ok)
-    if out.ok:
-        return ""
-    run.fix_rounds += 1
-    yield Warning("the reply changed no file and the message's tests still fail; asking for the fix")
-    return NO_FIX.format(cmd=run.test_cmd, how=NO_FIX_HOW.get(cfg.edit_format,
-                                                               "edit the files it needs."))
 
 
 def unchanged_nudge(conv: Conversation, run: Run, unchanged: list[str]) -> Iterator[Event]:

@@ -65,7 +65,6 @@ class Marks:
     repeated: bool = False  # the last reply still repeats an earlier one (core/resample.py)
     nudged: bool = False  # ... and the model was told so (or that its file changed nothing)
     rewrote_free: bool = False  # a failed test run of an unchanged rewrite went uncounted
-    told_no_fix: bool = False  # a reply that changed nothing was sent back (once a message)
     fresh: bool = False  # the next reply answers the message afresh (fix_mode "resample")
     lead: str = ""  # text the next reply begins with (a refused snippet's file path and fence)
     # the files the message before left as they still are (no one changed them since)

@@ -72,9 +72,6 @@ _TESTS_FAIL = re.compile(
     r"(?:do(?:es)?n[o']?t|do(?:es)?\s+not)\s+pass)\b|\b(?:failing|broken)\s+tests?\b|"
     r"\bmake\s+(?:the\s+|all\s+(?:the\s+)?)?tests?\s+pass\b", re.IGNORECASE)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n")  # not the dot of a file name
-# A request for a fix: "fix" or "repair" as a word, or "make ... pass".
-_ASKS_FIX = re.compile(r"\b(?:fix|repair)\b", re.IGNORECASE)
-_MAKE, _PASS = re.compile(r"\bmake\b", re.IGNORECASE), re.compile(r"\bpass\b", re.IGNORECASE)
 _TOKEN = re.compile(r"[\w./-]+")
 MAX_SAID_CHARS = 20_000  # the typed text looked at (longer text is a paste, not a sentence)
 MAX_COMMAND_CHARS = 2000  # run_shell's limit on a command
@@ -107,14 +104,6 @@ def sentences(text: str) -> list[str]:
     """The sentences of the first MAX_SAID_CHARS characters of `text` (a file name's dot does
     not end one; a sentence keeps its closing mark)."""
     return _SENTENCE_END.split(text[:MAX_SAID_CHARS])
-
-
-def asks_fix(text: str) -> bool:
-    """Whether `text` asks for a fix ("fix", "repair", "make ... pass") in a sentence that is
-    not a question ("Why does it fail? Is the fixture right?" asks for none)."""
-    return any(not s.rstrip().endswith("?")
-               and (_ASKS_FIX.search(s) or (_MAKE.search(s) and _PASS.search(s)))
-               for s in sentences(text))
 
 
 def says_failing(message: str) -> bool:
