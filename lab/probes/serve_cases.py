@@ -176,7 +176,7 @@ TOOLS = [
         "type": "object", "properties": {
             "title": {"type": "string", "maxLength": 80},
             "labels": {"type": "array", "items": {"type": "string", "enum": ["bug", "feature", "docs"]},
-                       "maxItems": 3, "uniqueItems": True},
+                       "maxItems": 3},
             "priority": {"type": "integer", "minimum": 1, "maximum": 5},
             "assignee": {"type": ["string", "null"]}},
         "required": ["title", "labels"], "additionalProperties": False}),

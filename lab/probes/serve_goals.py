@@ -348,13 +348,14 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--ks", default="3,4,6", help="mlx-lm's K values (default 3,4,6)")
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--tool-requests", type=int, default=50, help="part 4's requests (default 50)")
     args = ap.parse_args()
     rev = commit() + ("-force" + time.strftime("%H%M%S") if args.force else "")
     for part in args.part or [1, 2, 3, 4]:
         if part == 1:
             part1(rev, args.rounds, [int(k) for k in args.ks.split(",")], args.max_tokens)
         else:
-            {2: part2, 3: part3, 4: part4}[part](rev)
+            part4(rev, args.tool_requests) if part == 4 else {2: part2, 3: part3}[part](rev)
     return 0
 
 
