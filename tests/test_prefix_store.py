@@ -273,6 +273,29 @@ def test_fetch_nearest_returns_private_trimmed_copies(llama, tmp_path):
     assert store.key_for(llama) == key != store.key_for(llama, kv_bits=4)
 
 
+def test_a_stored_entry_holds_its_own_positions_not_the_session_buffer(llama):
+    """A session's cache grows in steps of 256 positions; an entry of 60 tokens keeps 60, so
+    the session's buffer is freed once the session lets go of it (a served request after
+    request grew the process by the whole buffer each time before)."""
+    store = new_store(None, [])
+    key = store.key_for(llama)
+    tokens = [(7 * i) % 200 + 3 for i in range(60)]
+    cache = make_cache(llama.model)
+    prefill(llama.model, tokens, cache)
+    assert cache[0].keys.shape[-2] > 4 * len(tokens)  # the buffer: many more positions
+    assert store.insert(key, tokens, cache)
+    (entry,) = store.memory.entries[key]
+    assert all(c.keys.shape[-2] == c.values.shape[-2] == 60 for c in entry.cache)
+    before = mx.get_active_memory()
+    del cache
+    import gc
+
+    gc.collect()
+    freed = before - mx.get_active_memory()
+    assert freed >= 0.8 * sum(c.keys.nbytes + c.values.nbytes for c in entry.cache) * 4
+    _same_kv(llama, tokens, entry.cache)
+
+
 def test_disk_stays_under_its_cap(llama, tmp_path):
     warnings: list[str] = []
     store = new_store(tmp_path, warnings, disk_mb=0.3)  # ~1 KB per token: about three entries

@@ -81,10 +81,12 @@ def fingerprint(lm: Any, samples: int = 256) -> str:
     return h.hexdigest()
 
 
-def snapshot(cache: list, n: int) -> list | None:
-    """New cache objects holding the first `n` positions of `cache` (sharing its buffers), or
-    None when `cache` cannot be cut there: its layers disagree on their offset, hold fewer than
-    `n` tokens, or hold more and cannot trim."""
+def snapshot(cache: list, n: int, own: bool = False) -> list | None:
+    """New cache objects holding the first `n` positions of `cache` (sharing its buffers; with
+    `own`, in buffers of their own, just n positions long), or None when `cache` cannot be cut
+    there: its layers disagree on their offset, hold fewer than `n` tokens, or hold more and
+    cannot trim. A slice shares its whole buffer: kept in a store, it would keep the session's
+    buffer alive (grown in steps, often much longer than n) after the session moves on."""
     from mlx.utils import tree_map
     from mlx_lm.models.cache import KVCache, QuantizedKVCache, can_trim_prompt_cache
 
@@ -96,12 +98,13 @@ def snapshot(cache: list, n: int) -> list | None:
         return None
     out = []
     for c in cache:
+        cut = (lambda x: mx.contiguous(x[..., :n, :])) if own else (lambda x: x[..., :n, :])
         if type(c) is KVCache:  # sliced to n: no padding kept, nothing shared is ever written
             s = KVCache()
-            s.keys, s.values, s.offset = c.keys[..., :n, :], c.values[..., :n, :], n
+            s.keys, s.values, s.offset = cut(c.keys), cut(c.values), n
         elif type(c) is QuantizedKVCache:
             s = QuantizedKVCache(c.group_size, c.bits)
-            s.keys, s.values = tree_map(lambda x: x[..., :n, :], (c.keys, c.values))
+            s.keys, s.values = tree_map(cut, (c.keys, c.values))
             s.offset = n
         else:
             s = copy.deepcopy(c)
@@ -267,7 +270,7 @@ class PrefixStore:
         tokens = tuple(tokens)
         if not tokens or kind not in ("turn", "system"):
             return False
-        snap = snapshot(cache, len(tokens))  # views: cheap, and it checks the cache's offsets
+        snap = snapshot(cache, len(tokens), own=True)  # (it checks the cache's offsets too)
         if snap is None:
             return False
         covered = self.memory.covers(model_key, tokens, kind)
