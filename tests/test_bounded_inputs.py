@@ -403,7 +403,7 @@ def test_argument_validation_is_bounded_in_time(case):
     r = py(_VALIDATE, stdin=json.dumps([schema, args]).encode(), timeout=30)
     assert r.returncode == 0, r.stderr.decode()[-2000:]
     out = json.loads(r.stdout)
-    assert out["s"] < 2.0 and out["problem"] == ""
+    assert out["s"] < 3.0 and out["problem"] == ""  # (a 1 s regex deadline; a loaded CI box)
     if case != "unique_items":
         assert out["message"].startswith("invalid arguments for mcp__x__t")
         assert "did not finish" in out["message"] or "does not match" in out["message"]

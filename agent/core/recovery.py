@@ -6,7 +6,7 @@ cannot be applied, a file written out unchanged, a loop, a failed test run answe
 same code. The rules answer those while fix rounds (`max_fix_rounds`) are left.
 
 `more_to_do` applies the rules that end a reply's turn, in order; the lint-and-test loop
-(core/testloop.py) calls `afresh` and `round_given_back` on a failed check; the turn loop
+(core/testloop.py) is handed `afresh` and `round_given_back` for a failed check; the turn loop
 calls `after_loop` on a reply the repetition guard stopped and `fresh_view` before a fresh
 reply. Redrawing a looping or repeating reply at once is core/resample.py's. Not here: the
 checks themselves (core/checks.py), what a code block writes (core/edits.py).
@@ -74,7 +74,7 @@ def more_to_do(conv: Conversation, run: Run) -> Iterator[Event]:
         return note
     rewrote = yield from rewrite_tested(conv, run, unchanged, offered)
     if run.edited:
-        note = yield from checks(conv, run, rewrote)
+        note = yield from checks(conv, run, rewrote, afresh, round_given_back)
         if note:
             return note
     yield from keep_best(conv, run)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from ..events import CheckRun, Event, Warning
 from .approvals import decide
@@ -94,13 +94,15 @@ def tests_written(conv: Conversation, run: Run, edited: list[str]) -> Iterator[E
     yield Warning(f"the reply wrote test files; `{cmd}` runs after each edit of this message")
 
 
-def checks(conv: Conversation, run: Run, rewrote: bool = False) -> Iterator[Event]:
+def checks(conv: Conversation, run: Run, rewrote: bool = False,
+           afresh: Callable[[Conversation, Run, str], Iterator[Event]] | None = None,
+           given_back: Callable[[Conversation, Run, bool], bool] | None = None) -> Iterator[Event]:
     """Check the files edited since the last check (core/checks.py); returns the message
     that gives a failure back to the model, or '' (all passed, or the rounds are spent).
     `rewrote`: the files are a reply's unchanged rewrite, so a failure of any check is one
-    the model was already shown."""
+    the model was already shown. `afresh` and `given_back`: the recovery rules a failure
+    goes through (core/recovery.py hands them in)."""
     from .checks import feedback, importer_texts, run_checks
-    from .recovery import afresh, round_given_back
 
     cfg = conv.cfg
     edited, run.edited = run.edited, []
@@ -120,11 +122,11 @@ def checks(conv: Conversation, run: Run, rewrote: bool = False) -> Iterator[Even
         elif not out.ok:
             run.attempts.rejected()
         if not out.ok:
-            free = round_given_back(conv, run, rewrote and out.kind == "test")
+            free = given_back is not None and given_back(conv, run, rewrote and out.kind == "test")
             run.fix_rounds += back and not free
-            if back and out.kind == "test":
+            if back and out.kind == "test" and afresh is not None:
                 yield from afresh(conv, run, score.describe())
-            elif back and rewrote:  # a failure the reply was shown and wrote out again
+            elif back and rewrote and afresh is not None:  # shown, and written out again
                 yield from afresh(conv, run, f"the {out.kind} check still fails")
             whole = whole_fixes(cfg.edit_format, edited, conv.root)
             return (feedback(out, conv.root, whole, importer_texts(out, conv.ctx))
