@@ -1,4 +1,4 @@
-"""Containment of what the agent starts and reads itself (issue 55's held-out classes):
+"""Containment of what the agent starts and reads itself:
 
 - every child the agent starts (hooks, MCP servers) and everything those start, the ones
   that leave the process group or double-fork included, ends when the agent exits normally

@@ -252,7 +252,7 @@ def test_the_test_files_a_message_says_fail(tmp_path):
 def test_a_message_that_says_its_tests_fail_has_them_run_first(git_repo):
     """Tests the message says fail are run before the first reply and shown with it; the fix
     is tested; a reply that explains the fix without writing it ends the message, not done
-    (it is not sent back: the rule that asked for the fix passed nothing more, issue 56)."""
+    (it is not sent back: the rule that asked for the fix passed nothing more)."""
     _failing_repo(git_repo)
     task = "The test in calc_test.py fails. Find the bug in calc.py and fix it."
     cfg = full_auto(edit_format="whole", max_fix_rounds=2)

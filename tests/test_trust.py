@@ -1,4 +1,4 @@
-"""Trust under hostile input and faults (issue 21), the pieces one at a time: the shared JSON
+"""Trust under hostile input and faults, the pieces one at a time: the shared JSON
 and TOML reader, the scrubbed environment and redaction, what an approval shows in the TUI,
 the REPL and `-p`, the config key a repository may not set, and children that die with us.
 The same classes through the whole agent are cases in tests/adversarial/."""

@@ -1,4 +1,4 @@
-"""Issue 57's goals for `spec-agent serve`, measured over HTTP; one JSON line per run appended
+"""The goals for `spec-agent serve`, measured over HTTP; one JSON line per run appended
 to lab/results/serve-goals.jsonl.
 
     .venv/bin/python lab/probes/serve_goals.py                 # every part not yet recorded
