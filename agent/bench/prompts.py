@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ConfigError
-from ..engine import LoadedModel, SamplingParams, Session, SpecSettings, make_speculator
+from ..engine import LoadedModel, SamplingParams, Session, SpecSettings, make_speculator, render_chat
 
 MAX_FILE_BYTES = 64 << 20
 MAX_PROMPTS = 1000
@@ -134,7 +134,7 @@ def run(target: LoadedModel, draft: LoadedModel | None, prompts: list[list[dict[
     for arm in todo:
         if arm.settings is not None:
             arm.speculator = make_speculator(arm.settings, target, draft, warn=lambda m: None)
-    rendered = [Session(target).render(p) for p in prompts]
+    rendered = [render_chat(target.tokenizer, p) for p in prompts]
     for arm in todo:  # warm-up: the first pass of each arm pays one-time costs
         Session(target, speculator=arm.speculator).complete(rendered[0][-64:], params=params,
                                                             max_tokens=4)
