@@ -6,12 +6,12 @@ to lab/results/serve-goals.jsonl.
     .venv/bin/python lab/probes/serve_goals.py --part 3 --force  # again, though recorded
 
 1. Served decode, trained pair (qwen2.5-coder-1.5b target, 0.5b draft), T=0, non-streamed,
-   max_tokens 128, the same coding prompts: `serve` (default speculation) vs `mlx_lm server`
-   with the same weights (the store's converted f32 safetensors) at each K (per request,
-   `num_draft_tokens`) vs `serve --speculation off`. One server up at a time (three f32 pairs
-   do not fit in memory beside other work): blocks alternate per round, each block's line is
-   written as it ends, and a rerun skips blocks already recorded for the commit.
-   End-to-end tok/s = completion tokens / request wall time, summed over the prompts.
+   max_tokens 128, the same requests (two sets, see `prompt_sets`): `serve` (default
+   speculation) and `serve --speculation off` up together, taking turns per request, then
+   `mlx_lm server` with the same weights (the store's converted f32 safetensors) at each K
+   (per request, `num_draft_tokens`); three f32 pairs do not fit in memory at once. Each
+   block's line is written as it ends, and a rerun skips blocks recorded for the commit.
+   End-to-end tok/s = completion tokens / request wall time, summed over the requests.
 2. Time to first token of a replayed multi-turn session (streamed) on the embedded model:
    turn >= 2 on the warm server vs the last turn's full history sent to a fresh server.
 3. 1,000 malformed requests (each must get a 4xx and OpenAI's error object) and 500 valid
@@ -87,34 +87,63 @@ def chat(url: str, messages: list[dict], max_tokens: int, **extra: Any) -> tuple
 
 # ---- part 1: served decode, trained pair ---------------------------------------------------
 
+def prompt_sets() -> dict[str, list[dict[str, Any]]]:
+    """Two sets of requests: "fresh", code written from a one-line ask (PROMPTS), and "agent",
+    the four workloads of `bench spec --pair` (write a function, explain real code, a tool
+    call, a rewrite of a real file), the requests a coding agent sends."""
+    from agent.bench.pair import workloads
+
+    fresh = [{"messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": p}]}
+             for p in PROMPTS]
+    agent = [{"messages": msgs, **({"tools": tools} if tools else {}), "name": name}
+             for name, (msgs, tools) in workloads().items()]
+    return {"fresh": fresh, "agent": agent}
+
+
+def _ask(url: str, req: dict[str, Any], max_tokens: int, **extra: Any) -> dict[str, Any]:
+    body, took = chat(url, req["messages"], max_tokens, **({"tools": req["tools"]} if "tools" in req else {}),
+                      **extra)
+    msg = body["choices"][0]["message"]
+    calls = json.dumps([c["function"] for c in msg.get("tool_calls") or []])
+    return {"seconds": round(took, 3), "tokens": body["usage"]["completion_tokens"],
+            "text": (msg.get("content") or "") + (calls if msg.get("tool_calls") else ""),
+            "spec_agent": body["usage"].get("spec_agent")}
+
+
 def _block(label: str, rnd: int, ks: list[int], max_tokens: int) -> dict[str, Any]:
-    """One server up: every prompt (at every K for mlx-lm), one request each."""
+    """label "pair": `serve` with the draft (default speculation) and `serve --speculation off`
+    up together (one request at a time, so the idle one costs nothing), taking turns per
+    request; label "mlx": `mlx_lm server --draft-model` at every K per request."""
     mem0, load0 = mem_available_gb(), loadavg()
-    if label == "mlx":
-        server = mlx_lm("mlx", mlx_folder(TARGET), "--draft-model", str(mlx_folder(DRAFT)),
-                        "--num-draft-tokens", str(ks[0]))
-        variants = [{"num_draft_tokens": k} for k in ks]
-    else:
-        args = ["-m", TARGET] + (["--draft-model", DRAFT] if label == "ours" else ["--speculation", "off"])
-        server = ours(label, *args, env=NO_DISK_CACHE)
-        variants = [{}]
     t_load = time.perf_counter()
-    with server.wait():
-        loaded_s = time.perf_counter() - t_load
-        chat(server.url, [{"role": "user", "content": "Say hi."}], 4)  # warm-up, not counted
+    if label == "mlx":
+        servers = {"mlx": mlx_lm("mlx", mlx_folder(TARGET), "--draft-model", str(mlx_folder(DRAFT)),
+                                 "--num-draft-tokens", str(ks[0])).wait()}
+    else:
+        servers = {"ours": ours("ours", "-m", TARGET, "--draft-model", DRAFT, env=NO_DISK_CACHE).wait()}
+        servers["off"] = ours("off", "-m", TARGET, "--speculation", "off", env=NO_DISK_CACHE).wait()
+    loaded_s = time.perf_counter() - t_load
+    try:
+        for server in servers.values():
+            chat(server.url, [{"role": "user", "content": "Say hi."}], 4)  # warm-up, not counted
         requests = []
-        for i, prompt in enumerate(PROMPTS):
-            msgs = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": prompt}]
-            for v in variants:
-                body, took = chat(server.url, msgs, max_tokens, **v)
-                usage = body["usage"]
-                requests.append({"prompt": i, "k": v.get("num_draft_tokens"), "seconds": round(took, 3),
-                                 "tokens": usage["completion_tokens"],
-                                 "text": body["choices"][0]["message"]["content"],
-                                 "spec_agent": usage.get("spec_agent")})
-        rss = server.rss_mb()
+        for set_name, reqs in prompt_sets().items():
+            for i, req in enumerate(reqs):
+                if label == "mlx":
+                    runs = [("mlx", k, {"num_draft_tokens": k}) for k in ks]
+                else:  # who goes first alternates per request and round
+                    runs = [("ours", None, {}), ("off", None, {})][:: 1 if (i + rnd) % 2 == 0 else -1]
+                for who, k, extra in runs:
+                    row = _ask(servers[who].url, req, max_tokens, **extra)
+                    requests.append({"label": who, "set": set_name, "prompt": i, "k": k, **row})
+                    print(json.dumps({kk: v for kk, v in requests[-1].items() if kk not in ("text",)})[:300],
+                          flush=True)
+        rss = {who: round(s.rss_mb()) for who, s in servers.items()}
+    finally:
+        for server in servers.values():
+            server.stop()
     return {"part": 1, "kind": "block", "label": label, "round": rnd, "load_s": round(loaded_s, 1),
-            "mem_available_gb_before": round(mem0, 1), "server_rss_mb": round(rss),
+            "mem_available_gb_before": round(mem0, 1), "server_rss_mb": rss,
             "loadavg_before": load0, "loadavg_after": loadavg(), "requests": requests}
 
 
@@ -122,28 +151,41 @@ def _tps(reqs: list[dict]) -> float:
     return sum(r["tokens"] for r in reqs) / sum(r["seconds"] for r in reqs)
 
 
-def _summary1(blocks: list[dict], ks: list[int], rev: str) -> dict[str, Any]:
-    by = {lab: [r for b in blocks if b["label"] == lab for r in b["requests"]] for lab in ("ours", "mlx", "off")}
+def _set_summary(reqs: list[dict], ks: list[int]) -> dict[str, Any]:
+    """tok/s end to end (tokens / request seconds, summed over the set) per configuration,
+    mlx-lm at its best fixed K for the set, the mean of per-request ratios, identity."""
+    by = {lab: [r for r in reqs if r["label"] == lab] for lab in ("ours", "off")}
     tps = {"ours": _tps(by["ours"]), "off": _tps(by["off"])}
-    mlx = {k: _tps([r for r in by["mlx"] if r["k"] == k]) for k in ks}
+    mlx = {k: _tps([r for r in reqs if r["label"] == "mlx" and r["k"] == k]) for k in ks}
     best_k = max(mlx, key=mlx.get)
-    plain = {r["prompt"]: r["text"] for r in by["off"]}
-    mlx_same = {k: sum(r["text"] == plain[r["prompt"]] for r in by["mlx"] if r["k"] == k) for k in ks}
-    spec = [r["spec_agent"] for r in by["ours"] if r.get("spec_agent")]
-    return {"part": 1, "kind": "summary", "commit": rev, "date": time.strftime("%Y-%m-%d"),
-            "rounds": len({b["round"] for b in blocks}), "prompts": len(PROMPTS),
+    key = lambda r: (r["prompt"], r.get("round"))  # noqa: E731
+    secs = {lab: {key(r): r["seconds"] / r["tokens"] for r in reqs if r["label"] == lab
+                  and (lab != "mlx" or r["k"] == best_k)} for lab in ("ours", "off", "mlx")}
+    per_mlx = [secs["mlx"][p] / secs["ours"][p] for p in secs["ours"] if p in secs["mlx"]]
+    per_off = [secs["off"][p] / secs["ours"][p] for p in secs["ours"] if p in secs["off"]]
+    plain = {key(r): r["text"] for r in by["off"]}
+    spec = [r["spec_agent"] for r in by["ours"] if (r.get("spec_agent") or {}).get("rounds")]
+    return {"requests": len(by["ours"]),
             "tok_per_s": {"ours": round(tps["ours"], 3), "off": round(tps["off"], 3),
                           **{f"mlx_k{k}": round(v, 3) for k, v in mlx.items()}},
-            "mlx_best_k": best_k,
-            "ours_vs_mlx_best": round(tps["ours"] / mlx[best_k], 3),
-            "ours_vs_off": round(tps["ours"] / tps["off"], 3),
-            "mlx_best_vs_off": round(mlx[best_k] / tps["off"], 3),
-            "goal_vs_mlx_2x": tps["ours"] / mlx[best_k] >= 2.0, "goal_vs_off_3x": tps["ours"] / tps["off"] >= 3.0,
-            "ours_identical_to_off": sum(r["text"] == plain[r["prompt"]] for r in by["ours"]),
-            "mlx_identical_to_off": mlx_same, "requests_per_label": {k: len(v) for k, v in by.items()},
-            "ours_accepted_per_round": round(statistics.mean(s["accepted_per_round"] for s in spec if s.get("rounds")), 2)
-            if any(s.get("rounds") for s in spec) else None,
-            "ours_drafters": sorted({s.get("drafter") or "" for s in spec}),
+            "mlx_best_k": best_k, "ours_vs_mlx_best": round(tps["ours"] / mlx[best_k], 3),
+            "ours_vs_off": round(tps["ours"] / tps["off"], 3), "mlx_best_vs_off": round(mlx[best_k] / tps["off"], 3),
+            "mean_request_ratio_vs_mlx_best": round(statistics.mean(per_mlx), 3),
+            "mean_request_ratio_vs_off": round(statistics.mean(per_off), 3),
+            "ours_identical_to_off": sum(r["text"] == plain.get(key(r)) for r in by["ours"]),
+            "mlx_identical_to_off": {k: sum(r["text"] == plain.get(key(r)) for r in reqs
+                                            if r["label"] == "mlx" and r["k"] == k) for k in ks},
+            "ours_accepted_per_round": round(statistics.mean(s["accepted_per_round"] for s in spec), 2)
+            if spec else None}
+
+
+def _summary1(blocks: list[dict], ks: list[int], rev: str) -> dict[str, Any]:
+    reqs = [{**r, "round": b["round"]} for b in blocks for r in b["requests"]]
+    sets = {name: _set_summary([r for r in reqs if r["set"] == name], ks) for name in ("fresh", "agent")}
+    both = _set_summary([{**r, "prompt": (r["set"], r["prompt"])} for r in reqs], ks)
+    return {"part": 1, "kind": "summary", "commit": rev, "date": time.strftime("%Y-%m-%d"),
+            "rounds": len({b["round"] for b in blocks}), "all": both, **sets,
+            "goal_vs_mlx_2x": both["ours_vs_mlx_best"] >= 2.0, "goal_vs_off_3x": both["ours_vs_off"] >= 3.0,
             "loadavg": [b["loadavg_before"][0] for b in blocks]}
 
 
@@ -152,7 +194,7 @@ def part1(rev: str, rounds: int, ks: list[int], max_tokens: int) -> None:
     if any(r["kind"] == "summary" for r in done):
         print("part 1: recorded for", rev)
         return
-    orders = [("ours", "mlx", "off"), ("off", "mlx", "ours")]
+    orders = [("pair", "mlx"), ("mlx", "pair")]
     for rnd in range(rounds):
         for label in orders[rnd % 2]:
             if any(b["kind"] == "block" and b["label"] == label and b["round"] == rnd for b in done):
