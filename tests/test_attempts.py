@@ -12,6 +12,7 @@ from test_resample import Sampled
 from agent.config import Config, ConfigError, load_config
 from agent.core.attempts import BROKEN, Score, run_score
 from agent.events import CheckRun, Warning
+from tools import sandbox
 
 # calc_test.py has three tests; each version of add passes a known number of them.
 TESTS = """import unittest
@@ -36,7 +37,8 @@ TEST_CMD = f"{sys.executable} -m unittest -q calc_test"  # (pytest's summary: te
 def _setup(root):
     # calc.py defines add alone, so each reply below is the whole file (a reply that left a
     # function out would have it put back: core/pymerge.py)
-    (root / "calc.py").write_text("def add(a, b):\n    return b + a\n")
+    # it passes none of the tests: no attempt is worse than the files as a message found them
+    (root / "calc.py").write_text("def add(a, b):\n    return 0\n")
     (root / "calc_test.py").write_text(TESTS)
     subprocess.run(["git", "add", "calc.py", "calc_test.py"], cwd=root, check=True)
     subprocess.run(["git", "commit", "-qm", "tests"], cwd=root, check=True)
@@ -428,7 +430,7 @@ def test_a_message_that_only_makes_the_files_worse_leaves_them_as_it_found_them(
 def test_a_rewrite_that_breaks_the_tests_import_is_worse_than_a_failing_test(git_repo):
     """One test, failing; then a rewrite the test module cannot import (pytest collects
     nothing, "1 error"): the failing attempt is kept, not the one that ran no test."""
-    (git_repo / "calc.py").write_text("def add(a, b):\n    return b + a\n")
+    (git_repo / "calc.py").write_text("def add(a, b):\n    return 0\n")
     (git_repo / "test_calc.py").write_text("from calc import add\n\n\ndef test_add():\n"
                                           "    assert add(2, 2) == 4\n")
     subprocess.run(["git", "add", "-A"], cwd=git_repo, check=True)
@@ -469,3 +471,70 @@ def test_a_message_that_edits_other_files_too_is_not_rolled_back_to_the_start(gi
     b.tested_run(Score(False, 1, 3), {"calc.py": "one", "util.py": "u"}, 1)
     b.tested_run(Score(False, 0, 3), {"calc.py": "none", "util.py": "u"}, 2)
     assert b.to_restore().round == 1
+
+
+# ---- the files as a first message found them ---------------------------------------------
+
+TWO_CODE = "def add(a, b):\n    return abs(a) + abs(b)\n"
+ONE_CODE = "def add(a, b):\n    return a * b + 1\n"
+
+
+def _start_with(root, code):
+    _setup(root)
+    (root / "calc.py").write_text(code)
+    subprocess.run(["git", "commit", "-qam", "start"], cwd=root, check=True)
+
+
+def test_a_first_message_that_leaves_the_files_worse_puts_back_what_it_found(git_repo):
+    """No message before tested the files: at the end, with the tests failing, the files as
+    the message found them are tested once (in place, then the last attempt put back) and,
+    scoring better, written back."""
+    _start_with(git_repo, TWO_CODE)  # 2 of 3
+    model = Sampled([NONE, ONE])  # 0 of 3, then 1 of 3
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=1))
+    tests, events = _send(conv)
+    assert [run_score(c.ok, c.output).passed for c in tests] == [0, 1]
+    warned = [e.message for e in events if isinstance(e, Warning)]
+    assert any("running them on the files as the message found them" in m for m in warned)
+    kept = [m for m in warned if m.startswith("kept attempt")]
+    assert kept and "attempt 0, the files as this message found them (2 of 3 tests passed)" in kept[0]
+    assert "(1 of 3 tests passed)" in kept[0]
+    assert _code(git_repo) == TWO_CODE
+    assert events[-1].stop_reason != "answered" and events[-1].is_error
+
+
+def test_a_first_message_that_improves_the_files_keeps_its_attempt(git_repo):
+    _start_with(git_repo, ONE_CODE)  # 1 of 3
+    model = Sampled([NONE, TWO])  # 0 of 3, then 2 of 3
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=1))
+    _, events = _send(conv)
+    assert not any(isinstance(e, Warning) and e.message.startswith("kept attempt") for e in events)
+    assert _code(git_repo) == TWO_CODE  # the start was tested (1 of 3) and is not better
+
+
+@pytest.mark.skipif(not (sys.platform.startswith("linux") and sandbox.available()[0]),
+                    reason="needs bubblewrap: tests a message names are inferred only sandboxed")
+def test_the_tests_run_before_the_first_reply_score_the_start_without_another_run(git_repo):
+    """A message that says its tests fail has them run before its first reply: that run is
+    the start's score, so no further run is made at the end."""
+    _start_with(git_repo, TWO_CODE)  # 2 of 3
+    model = Sampled([NONE, ONE])
+    conv = conversation(git_repo, model, full_auto(edit_format="whole", max_fix_rounds=1))
+    tests, events = _send(conv, "The test in calc_test.py fails. Fix add in calc.py.")
+    assert [(t.round, run_score(t.ok, t.output).passed) for t in tests] == [(0, 2), (1, 0), (2, 1)]
+    warned = [e.message for e in events if isinstance(e, Warning)]
+    assert not any("running them on the files" in m for m in warned)
+    assert any(m.startswith("kept attempt 0") for m in warned)
+    assert _code(git_repo) == TWO_CODE
+
+
+def test_a_file_the_message_created_leaves_the_start_untested(git_repo):
+    """A message that created a file cannot put the start back as it was (the file did not
+    exist): no probe, the last attempt stays and the outcome says the tests fail."""
+    _start_with(git_repo, TWO_CODE)
+    extra = "helper.py\n```python\nX = 1\n```\n"
+    model = Sampled([NONE + "\n" + extra, ONE])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=1))
+    _, events = _send(conv)
+    assert not any(isinstance(e, Warning) and "running them on the files" in e.message for e in events)
+    assert events[-1].is_error

@@ -222,6 +222,12 @@ class Attempts:
             best = self.last
         self.best = best
 
+    def start_scored(self, start: Attempt) -> None:
+        """The files as the message found them, scored now (core/testloop.start_tested): they
+        are the best attempt when they score above every attempt of the message."""
+        if self.best is None or start.score > self.best.score:
+            self.best = start
+
     def tested_state(self, root: Path) -> Attempt | None:
         """The files as they are now, as a test run of this message saw them (round 0, to
         start the next message from); None when no run saw them so (edited since, or never

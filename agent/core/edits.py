@@ -184,12 +184,31 @@ def edit(conv: Conversation, call: ParsedCall, tool, run: Run,
                           "which the message does not ask to remove; kept them")
         call = ParsedCall(call.name, {**call.arguments, "content": got.content})
     result = call_tool(call.name, call.arguments, conv.ctx)
+    note_start(root, run, before, result.changed)
     for path in result.changed:
         text = current_text(root, path)
         problem = parse_problem(path, text) if text is not None else ""
         if problem:
             return undo_write(root, path, before.get(path), problem)
     return result
+
+
+def note_start(root: Path, run: Run, before: dict[str, str | None], changed: list[str]) -> None:
+    """Record, for each file an edit changed, its text before the message's first edit of it
+    (`before`: by the call's path, which may be spelled otherwise than the changed one)."""
+    from tools._paths import PathError, confine
+
+    for path in changed:
+        if path in run.start_files:
+            continue
+        text = before.get(path)
+        if path not in before:
+            try:
+                full = confine(root, path)
+                text = next((t for p, t in before.items() if confine(root, p) == full), None)
+            except PathError:
+                text = None
+        run.start_files[path] = text
 
 
 def snapshot(conv: Conversation, call: ParsedCall) -> str:

@@ -28,7 +28,7 @@ from .attempts import restart_files, restart_view, resamples as mode_resamples
 from .callformat import ParsedCall
 from .runstate import Run
 from .searchreplace import FIX_HOW
-from .testloop import checks, tests_judge
+from .testloop import checks, start_tested, tests_judge
 from .wholefile import asks_change, lead, leads_to
 
 if TYPE_CHECKING:
@@ -281,6 +281,7 @@ def keep_best(conv: Conversation, run: Run) -> Iterator[Event]:
     ends with its worst attempt where a later reply broke an earlier, better one."""
     if run.written_tests:  # the replies' own tests judge them: scores of different tests
         return
+    yield from start_tested(conv, run)
     best = run.attempts.to_restore()
     if best is None or run.cancel.cancelled:
         return

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..cancel import CancelToken
 from ..events import GenerationStats
-from .attempts import Attempts
+from .attempts import Attempts, Score
 from .outcome import Work
 
 
@@ -92,6 +92,10 @@ class Run:
     touched: list[str] = field(default_factory=list)  # every file this message changed or checked
     written: list[str] = field(default_factory=list)  # every file this message changed
     attempts: Attempts = field(default_factory=Attempts)  # its test runs (core/attempts.py)
+    # each file this message's edits changed, as it was before the first of them (None: it did
+    # not exist, or was not text that could be read back)
+    start_files: dict[str, str | None] = field(default_factory=dict)
+    start_score: tuple[str, Score] | None = None  # (test command, score) of the tests run before its first reply
     test_cmd: str = ""  # the tests run after its edits: test_cmd, or the message's own (core/testcmd.py)
     tests_fail: bool = False  # its own tests are known to fail (shown, or run before its first reply)
     request: int = -1  # the index of the message `send` added before this one (-1: none)

@@ -1,7 +1,8 @@
 """The lint-and-test loop of one message: which test command it has (`test_command`), the
 tests run before its first reply (`tests_now`) and after its edits (`checks`), test files its
 replies wrote (`tests_written`), a last check of files an earlier check failed on
-(`recheck`), and the files as the message before tested them (`start_state`).
+(`recheck`), and the files as the message before tested them (`start_state`) or as this
+message found them (`start_tested`).
 
 A failed check's output goes back to the model (core/checks.py writes it); what else a
 failure leads to, a fresh reply or the best attempt written back, is core/recovery.py's.
@@ -59,6 +60,7 @@ def tests_now(conv: Conversation, run: Run) -> Iterator[Event]:
         return ""
     out = shell("test", run.test_cmd, conv.ctx)
     run.tests_fail = not out.ok
+    run.start_score = (run.test_cmd, run_score(out.ok, out.output))
     yield CheckRun("test", run.test_cmd, out.ok, out.output, 0, False)
     return "" if out.ok else TESTS_NOW.format(cmd=run.test_cmd, output=clipped(out.output))
 
@@ -163,3 +165,58 @@ def start_state(conv: Conversation, test_cmd: str,
             or not seen.on_disk(conv.root)):
         return None
     return seen
+
+
+def start_tested(conv: Conversation, run: Run) -> Iterator[Event]:
+    """Score the files as the message found them, where its tests fail at its end and no test
+    run of this message saw those files (a first message has no attempt 0): the score of the
+    tests run before its first reply (`tests_now`), else one run of the test command with
+    those files written in place, the last attempt's written back right after. It becomes
+    the message's attempt 0, which `keep_best` writes back when the message left the files
+    worse than it found them. Skipped where a file the message wrote did not exist before it,
+    or was not text that could be read back (it could not be put back as it was)."""
+    att = run.attempts
+    if (att.now is None or att.now.ok or att.last is None or run.cancel.cancelled
+            or run.written_tests or (att.best is not None and att.best.round == 0)):
+        return
+    last = att.last.files
+    if not last or any(run.start_files.get(p) is None or last[p] is None for p in last):
+        return
+    start = {p: run.start_files[p] for p in last}
+    if start == last or not att.last.on_disk(conv.root):
+        return
+    if run.start_score is not None and run.start_score[0] == run.test_cmd:
+        score = run.start_score[1]
+    else:
+        yield Warning("the tests fail after this message's edits; running them on the files "
+                      "as the message found them, to keep the better of the two")
+        score = _score_in_place(conv, run, start, last)
+        if score is None:
+            return
+    att.start_scored(Attempt(score, start, 0))
+
+
+def _score_in_place(conv: Conversation, run: Run, start: dict[str, str | None],
+                    last: dict[str, str | None]):
+    """The test command's score with `start` written in place of `last` (put back after,
+    whatever happens); None when a file could not be written."""
+    from tools._paths import PathError, confine
+    from tools.write_file import atomic_write
+
+    from .checks import shell
+
+    def put(files: dict[str, str | None]) -> bool:
+        try:
+            for p, text in files.items():
+                atomic_write(confine(conv.root, p), text or "", conv.root)
+        except (PathError, OSError):
+            return False
+        return True
+
+    try:
+        if not put(start):
+            return None
+        out = shell("test", run.test_cmd, conv.ctx)
+        return run_score(out.ok, out.output)
+    finally:
+        put(last)
