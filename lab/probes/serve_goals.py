@@ -300,12 +300,15 @@ def _is_error_object(r: httpx.Response) -> bool:
     return isinstance(err, dict) and isinstance(err.get("message"), str) and isinstance(err.get("type"), str)
 
 
-def part3(rev: str, malformed: int = 1000, valid: int = 500) -> None:
+def part3(rev: str, malformed: int = 1000, valid: int = 500, prefix_mb: int | None = None) -> None:
+    """`prefix_mb`: the server's prefix store budget (`prefix_cache_mb`; its default when
+    None), small enough to fill within the valid requests, so the run shows past it."""
     if recorded(3, rev):
         print("part 3: recorded for", rev)
         return
     bad, samples, kinds = [], [], {}
-    with ours("robust", "-m", SMALL, "--max-tokens", "16", env=NO_DISK_CACHE).wait() as server:
+    env = {**NO_DISK_CACHE, **({"SPEC_AGENT_PREFIX_CACHE_MB": str(prefix_mb)} if prefix_mb is not None else {})}
+    with ours("robust", "-m", SMALL, "--max-tokens", "16", env=env).wait() as server:
         root = server.url.removesuffix("/v1")
         with httpx.Client(timeout=300) as client:
             for _ in range(10):  # warm-up
@@ -338,7 +341,7 @@ def part3(rev: str, malformed: int = 1000, valid: int = 500) -> None:
             "rss_mb_first": rss[0], "rss_mb_after_malformed": samples[malformed // 50]["rss_mb"],
             "rss_mb_last": rss[-1], "rss_mb_max": max(rss),
             "rss_mb_second_half_spread": round(max(half) - min(half), 1),
-            "statuses_by_case": {k: sorted(v) for k, v in kinds.items()},
+            "prefix_cache_mb": prefix_mb, "statuses_by_case": {k: sorted(v) for k, v in kinds.items()},
             "failures": bad[:20] + not_200[:20], "loadavg": loadavg(), "samples": samples})
 
 
@@ -391,13 +394,18 @@ def main() -> int:
     ap.add_argument("--ks", default="3,4,6", help="mlx-lm's K values (default 3,4,6)")
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--tool-requests", type=int, default=50, help="part 4's requests (default 50)")
+    ap.add_argument("--valid", type=int, default=500, help="part 3's valid requests (default 500)")
+    ap.add_argument("--prefix-cache-mb", type=int, help="part 3's server prefix store budget")
     args = ap.parse_args()
     rev = commit() + ("-force" + time.strftime("%H%M%S") if args.force else "")
     for part in args.part or [1, 2, 3, 4]:
         if part == 1:
             part1(rev, args.rounds, [int(k) for k in args.ks.split(",")], args.max_tokens)
         else:
-            part4(rev, args.tool_requests) if part == 4 else {2: part2, 3: part3}[part](rev)
+            if part == 3:
+                part3(rev, valid=args.valid, prefix_mb=args.prefix_cache_mb)
+            else:
+                part4(rev, args.tool_requests) if part == 4 else part2(rev)
     return 0
 
 
