@@ -508,7 +508,9 @@ def test_a_first_message_that_improves_the_files_keeps_its_attempt(git_repo):
     model = Sampled([NONE, TWO])  # 0 of 3, then 2 of 3
     conv = conversation(git_repo, model, _cfg(max_fix_rounds=1))
     _, events = _send(conv)
-    assert not any(isinstance(e, Warning) and e.message.startswith("kept attempt") for e in events)
+    warned = [e.message for e in events if isinstance(e, Warning)]
+    assert any("running them on the files as the message found them" in m for m in warned)
+    assert not any(m.startswith("kept attempt") for m in warned)
     assert _code(git_repo) == TWO_CODE  # the start was tested (1 of 3) and is not better
 
 
@@ -538,3 +540,54 @@ def test_a_file_the_message_created_leaves_the_start_untested(git_repo):
     _, events = _send(conv)
     assert not any(isinstance(e, Warning) and "running them on the files" in e.message for e in events)
     assert events[-1].is_error
+    assert (git_repo / "helper.py").exists() and _code(git_repo) == ONE_CODE  # the last attempt stays
+
+
+def test_a_message_whose_edits_are_all_undone_does_not_end_answered(git_repo):
+    """The files passed their tests before the message and it broke them: they are written
+    back, and the message, having changed nothing in the end, ends no_change (an error), not
+    answered."""
+    _start_with(git_repo, "def add(a, b):\n    return a + b\n")  # 3 of 3
+    model = Sampled([NONE, ONE])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=1))
+    _, events = _send(conv, "make add also accept strings of digits")
+    assert any(isinstance(e, Warning) and e.message.startswith("kept attempt 0") for e in events)
+    assert _code(git_repo) == "def add(a, b):\n    return a + b\n"
+    assert events[-1].stop_reason == "no_change" and events[-1].is_error
+
+
+def test_no_start_probe_when_the_message_edited_test_files(git_repo):
+    """Edits of the tests themselves: the start and the end would be scored by different
+    tests, so the start is not tested."""
+    _start_with(git_repo, TWO_CODE)
+    new_test = TESTS + "    def test_more(self):\n        self.assertEqual(add(2, 2), 4)\n"
+    model = Sampled([NONE + "\ncalc_test.py\n```python\n" + new_test + "```\n", ONE])
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=1))
+    _, events = _send(conv)
+    assert not any(isinstance(e, Warning) and "running them on the files" in e.message for e in events)
+
+
+def test_the_probe_puts_the_last_attempt_back_with_its_time(git_repo):
+    """The start scores worse: the probe has put the last attempt back byte for byte, with
+    its modification time (and no bytecode of the start's text left to pass for it)."""
+    _start_with(git_repo, ONE_CODE)  # 1 of 3
+    model = Sampled([NONE, TWO])  # 0 of 3, then 2 of 3
+    conv = conversation(git_repo, model, _cfg(max_fix_rounds=1))
+    seen, events = {}, []
+    for e in conv.send("make add pass calc_test.py"):
+        events.append(e)
+        if isinstance(e, Warning) and "running them on the files" in e.message:
+            f = git_repo / "calc.py"
+            seen["before"] = (f.read_bytes(), f.stat().st_mtime_ns)
+    assert "before" in seen, "the probe did not run"
+    assert not any(isinstance(e, Warning) and e.message.startswith("kept attempt") for e in events)
+    f = git_repo / "calc.py"
+    assert (f.read_bytes(), f.stat().st_mtime_ns) == seen["before"]
+    assert not list((git_repo / "__pycache__").glob("calc.*.pyc")) if (git_repo / "__pycache__").is_dir() else True
+
+
+def test_attempt_files_keep_their_line_endings(tmp_path):
+    from agent.core.attempts import read_files
+
+    (tmp_path / "a.txt").write_bytes(b"one\r\ntwo\rthree\n")
+    assert read_files(tmp_path, ["a.txt", "gone.txt"]) == {"a.txt": "one\r\ntwo\rthree\n", "gone.txt": None}

@@ -181,10 +181,13 @@ def restart_view(view: list[dict[str, str]], request: int, base: int,
 
 
 def read_files(root: Path, paths: list[str]) -> dict[str, str | None]:
+    """Each file's exact text (line endings as they are: a file written back from it is
+    the file that was read); None where it does not exist."""
     out: dict[str, str | None] = {}
     for p in dict.fromkeys(paths):
         try:
-            out[p] = (root / p).read_text(encoding="utf-8")
+            with open(root / p, encoding="utf-8", newline="") as f:
+                out[p] = f.read()
         except FileNotFoundError:
             out[p] = None
         except (OSError, UnicodeDecodeError, ValueError):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from ..events import Event, Warning
 from .attach import typed_text
-from .attempts import restart_files, restart_view, resamples as mode_resamples
+from .attempts import read_files, restart_files, restart_view, resamples as mode_resamples
 from .callformat import ParsedCall
 from .runstate import Run
 from .searchreplace import FIX_HOW
@@ -294,6 +294,12 @@ def keep_best(conv: Conversation, run: Run) -> Iterator[Event]:
                   f"({now.describe()})")
     if calls:
         yield from conv.run_calls(run, calls, record=False, vetting=False)
+    wrote = {p: c for p, c in best.files.items() if c is not None}
+    if read_files(conv.root, list(wrote)) != wrote:  # the write was declined, blocked or failed
+        yield Warning(f"{which} could not all be written back (see the write above)")
+        return
     run.edited = []  # the restored files were tested as they are
     run.attempts.now = best.score
     run.work.checked("test", best.score.ok)
+    if best.round == 0 and len(wrote) == len(best.files):
+        run.work.changed = False  # every file the message's edits changed is as it found it

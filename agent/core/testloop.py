@@ -171,16 +171,21 @@ def start_tested(conv: Conversation, run: Run) -> Iterator[Event]:
     """Score the files as the message found them, where its tests fail at its end and no test
     run of this message saw those files (a first message has no attempt 0): the score of the
     tests run before its first reply (`tests_now`), else one run of the test command with
-    those files written in place, the last attempt's written back right after. It becomes
-    the message's attempt 0, which `keep_best` writes back when the message left the files
-    worse than it found them. Skipped where a file the message wrote did not exist before it,
-    or was not text that could be read back (it could not be put back as it was)."""
+    those files written in place (a snapshot taken first), the last attempt's written back
+    right after. It becomes the message's attempt 0, which `keep_best` writes back when the
+    message left the files worse than it found them. Skipped where a file the message wrote
+    did not exist before it, or was not text that could be read back (it could not be put
+    back as it was), and where the message edited test files (the two would be scored by
+    different tests)."""
+    from .testcmd import written_test_files
+
     att = run.attempts
     if (att.now is None or att.now.ok or att.last is None or run.cancel.cancelled
             or run.written_tests or (att.best is not None and att.best.round == 0)):
         return
     last = att.last.files
-    if not last or any(run.start_files.get(p) is None or last[p] is None for p in last):
+    if (not last or any(run.start_files.get(p) is None or last[p] is None for p in last)
+            or written_test_files(list(last), Path(conv.root))):
         return
     start = {p: run.start_files[p] for p in last}
     if start == last or not att.last.on_disk(conv.root):
@@ -190,33 +195,74 @@ def start_tested(conv: Conversation, run: Run) -> Iterator[Event]:
     else:
         yield Warning("the tests fail after this message's edits; running them on the files "
                       "as the message found them, to keep the better of the two")
-        score = _score_in_place(conv, run, start, last)
+        score, problem = _score_in_place(conv, run, start, last)
+        if problem:
+            att.edited()  # the files are not known to be as last tested
+            yield Warning(problem)
         if score is None:
             return
+        run.start_score = (run.test_cmd, score)  # (a Stop hook's further turns reuse it)
     att.start_scored(Attempt(score, start, 0))
 
 
 def _score_in_place(conv: Conversation, run: Run, start: dict[str, str | None],
-                    last: dict[str, str | None]):
-    """The test command's score with `start` written in place of `last` (put back after,
-    whatever happens); None when a file could not be written."""
+                    last: dict[str, str]) -> tuple:
+    """(the test command's score with `start` written in place of `last`, or None; '' or
+    what went wrong putting `last` back). `last` is put back whatever happens, with its
+    modification times, and the bytecode Python cached of these files is dropped before and
+    after the run (a cache keyed by size and whole-second time could pass for either text)."""
+    import os
+
     from tools._paths import PathError, confine
     from tools.write_file import atomic_write
 
     from .checks import shell
+    from .snapshots import SnapshotError
 
-    def put(files: dict[str, str | None]) -> bool:
+    root = conv.root
+    try:
+        conv.snapshots.take("test the files as the message found them", conv.id)
+        times = {p: os.stat(confine(root, p), follow_symlinks=False).st_mtime_ns for p in last}
+    except (SnapshotError, PathError, OSError) as e:
+        return None, f"the files as the message found them were not tested: {e}"
+
+    def put(files: dict[str, str | None]) -> str:
         try:
             for p, text in files.items():
-                atomic_write(confine(conv.root, p), text or "", conv.root)
-        except (PathError, OSError):
-            return False
-        return True
+                atomic_write(confine(root, p), text or "", root)
+        except (PathError, OSError) as e:
+            return str(e)
+        finally:
+            _drop_bytecode(root, list(files))
+        return ""
 
+    score = None
     try:
         if not put(start):
-            return None
-        out = shell("test", run.test_cmd, conv.ctx)
-        return run_score(out.ok, out.output)
+            out = shell("test", run.test_cmd, conv.ctx)
+            score = run_score(out.ok, out.output)
     finally:
-        put(last)
+        failed = put(last)
+        for p, ns in times.items():
+            try:
+                os.utime(confine(root, p), ns=(ns, ns), follow_symlinks=False)
+            except (PathError, OSError, NotImplementedError):
+                pass
+    if failed:
+        return None, (f"the files of the last attempt could not all be put back after testing "
+                      f"the files as the message found them ({failed}); `spec-agent undo` "
+                      "restores the snapshot taken before")
+    return score, ""
+
+
+def _drop_bytecode(root: Path, paths: list[str]) -> None:
+    """Remove `__pycache__/<module>.*.pyc` beside each Python file of `paths`."""
+    for p in paths:
+        if not p.endswith(".py"):
+            continue
+        where = (Path(root) / p).parent / "__pycache__"
+        for pyc in where.glob(f"{Path(p).stem}.*.pyc") if where.is_dir() else ():
+            try:
+                pyc.unlink()
+            except OSError:
+                pass
