@@ -230,19 +230,32 @@ def long_prompt(lm):
 
 @pytest.mark.parametrize("per_token", [0.02, 0.0002])
 def test_prefill_chunks_follow_the_schedule_not_the_clock(llama, monkeypatch, per_token):
-    """On a CPU every chunk is 128 tokens (64 past 8k of context), the remainder joining the
-    last; a slow or a fast clock changes nothing."""
-    from agent.engine.session import PREFILL_CPU, Session, chunk_at
+    """On a CPU each chunk is the schedule's size for its context position, the last one what
+    is left (never longer than a chunk); a slow or a fast clock changes nothing."""
+    from agent.engine.session import Session, chunk_at
 
     clock, fed = Clock(per_token), []
     slow_prefill(monkeypatch, clock, fed)
     prompt = long_prompt(llama)
     events = list(Session(llama).generate(prompt, max_tokens=1))
     assert isinstance(events[-1], GenerationStats) and sum(fed) == len(prompt) - 1
-    assert llama.device == "cpu" and set(fed[:-1]) == {128} and 128 <= fed[-1] < 256
-    assert PREFILL_CPU[0] == (8192, 128)
-    assert chunk_at(8191, "cpu", 512) == 128 and chunk_at(8192, "cpu", 512) == 64
-    assert chunk_at(0, "cpu", 100) == 100 and chunk_at(0, "gpu", 512) == 512
+    assert llama.device == "cpu"
+    at, want = 0, []
+    while at < len(prompt) - 1:
+        want.append(min(chunk_at(at, "cpu", 512), len(prompt) - 1 - at))
+        at += want[-1]
+    assert fed == want and len(fed) > 2
+
+
+def test_the_cpu_schedule_shrinks_chunks_as_the_context_grows():
+    """A chunk's time grows with its position (attention reads every earlier key): the CPU
+    chunk shrinks so that each takes about as long, in multiples of 8, never below 16."""
+    from agent.engine.session import chunk_at
+
+    sizes = [chunk_at(pos, "cpu", 512) for pos in range(0, 40000, 256)]
+    assert sizes == sorted(sizes, reverse=True) and all(n % 8 == 0 and 16 <= n <= 96 for n in sizes)
+    assert [chunk_at(p, "cpu", 512) for p in (0, 4096, 8192, 16384, 1 << 20)] == [96, 48, 32, 16, 16]
+    assert chunk_at(0, "cpu", 40) == 40 and chunk_at(0, "gpu", 512) == 512 and chunk_at(1 << 20, "gpu", 512) == 512
 
 
 def test_a_gpu_prefills_in_chunks_of_prefill_chunk(llama, monkeypatch):
@@ -254,7 +267,7 @@ def test_a_gpu_prefills_in_chunks_of_prefill_chunk(llama, monkeypatch):
     slow_prefill(monkeypatch, Clock(0.0), fed)
     prompt = long_prompt(llama)
     list(Session(dataclasses.replace(llama, device="gpu"), prefill_chunk=256).generate(prompt, max_tokens=1))
-    assert set(fed[:-1]) == {256} and 256 <= fed[-1] < 512 and sum(fed) == len(prompt) - 1
+    assert set(fed[:-1]) == {256} and 0 < fed[-1] <= 256 and sum(fed) == len(prompt) - 1
 
 
 class RecordingStore:

@@ -71,11 +71,18 @@ PROGRESS_EVERY_S = 0.2  # DecodeProgress at most this often (5 Hz)
 # A cancel is checked between prefill chunks, so a chunk bounds how long Esc takes. The chunks
 # follow a fixed schedule (`chunk_at`), never the clock: the same prompt and cache always give
 # the same chunks, so the same keys and values to the last bit (row-count-dependent BLAS kernels
-# make a different split differ in the last bits on some CPUs). Measured on the 2-core CPU
-# (Qwen2.5-Coder-0.5B, OpenBLAS SkylakeX): 128 tokens took 0.5-0.85 s at 0-8k tokens of context,
-# 64 tokens 1.5-1.9 s at 16k with the machine loaded, 512 tokens 2-5.6 s. On a GPU a chunk is
-# `Session.prefill_chunk` tokens. The tokens short of a whole chunk join the last one.
-PREFILL_CPU = ((8192, 128), (1 << 62, 64))  # (context position below, chunk tokens) on a CPU
+# make a different split differ in the last bits on some CPUs). On a CPU a chunk's time grows
+# with its context position (attention reads every earlier key): measured on the 2-core CPU
+# (Qwen2.5-Coder-0.5B, OpenBLAS, lab/results/cancel-latency.jsonl), a 128-token chunk took
+# 0.96 s at position 0 and 2.7 s at 7k, a 64-token one 2.2 s at 16k. So the chunk shrinks as
+# the context grows, PREFILL_CPU_TOKENS * PREFILL_CPU_HALF / (PREFILL_CPU_HALF + position),
+# in multiples of 8, at least PREFILL_CPU_MIN: about 0.8 s a chunk for that model anywhere up
+# to 16k (96 tokens at 0, 48 at 4k, 32 at 8k, 16 at 16k); each chunk also reads every weight
+# once (about 0.16 s there), which is what smaller chunks cost. On a GPU a chunk is
+# `Session.prefill_chunk` tokens.
+PREFILL_CPU_TOKENS = 96  # the chunk at position 0, on a CPU
+PREFILL_CPU_HALF = 4096  # the position at which it is half as long
+PREFILL_CPU_MIN = 16
 TPS_WINDOW_S = 2.0  # DecodeProgress.tps is measured over about this long
 
 
@@ -99,9 +106,13 @@ class _Tally:
 
 
 def chunk_at(position: int, device: str, largest: int) -> int:
-    """The prefill chunk that starts at context `position`: on a CPU by PREFILL_CPU, else
-    `largest` (at most `largest`, at least one token)."""
-    n = next(n for below, n in PREFILL_CPU if position < below) if device == "cpu" else largest
+    """The prefill chunk that starts at context `position`: on a CPU shorter as the context
+    grows (see PREFILL_CPU_TOKENS), else `largest` (at most `largest`, at least one token)."""
+    if device == "cpu":
+        n = PREFILL_CPU_TOKENS * PREFILL_CPU_HALF // (PREFILL_CPU_HALF + max(position, 0))
+        n = max(PREFILL_CPU_MIN, n // 8 * 8)
+    else:
+        n = largest
     return max(1, min(largest, n))
 
 
@@ -358,7 +369,7 @@ class Session:
 
     def _prefill(self, todo: Sequence[int], cancel: CancelToken) -> Iterator[PrefillProgress]:
         """Feed the uncached prompt tokens (all but the last) in the chunks `chunk_at` gives
-        for their context position (the tokens short of a whole chunk join the last one),
+        for their context position (the last one is what is left, no longer than a chunk),
         reporting progress when there is more than one; stops between chunks when cancelled."""
         start = self.tcache.offset
         done, end, chunks = 0, len(todo), 0
@@ -366,7 +377,7 @@ class Session:
             if cancel.cancelled:
                 return
             size = chunk_at(start + done, self.target.device, self.prefill_chunk)
-            n = size if end - done >= 2 * size else end - done
+            n = min(size, end - done)
             prefill(self.target.model, todo[done : done + n], self.tcache.cache, chunk=n)
             done, chunks = done + n, chunks + 1
             if done < end or chunks > 1:

@@ -40,7 +40,7 @@ def main() -> int:
     from agent import models, store
     from agent.cancel import CancelToken
     from agent.engine import Session, ensure_openblas
-    from agent.engine.session import PREFILL_CPU
+    from agent.engine.session import chunk_at
     from agent.events import GenerationStats, PrefillProgress
 
     ensure_openblas("auto", store.home() / "blas-coretype.json")  # may re-exec, as the CLI does
@@ -93,7 +93,7 @@ def main() -> int:
                          text=True).stdout.strip()
     lat = [c["cancel_latency_s"] for c in cycles if c["cancel_latency_s"] is not None]
     summary = {"probe": "cancel-latency", "commit": rev, "date": time.strftime("%Y-%m-%d"), "model": args.model,
-               "schedule": PREFILL_CPU, "prompt_tokens": args.tokens,
+               "schedule": {pos: chunk_at(pos, "cpu", 512) for pos in (0, 2048, 4096, 8192, 12288, 16384)}, "prompt_tokens": args.tokens,
                "prefill_s": round(sum(c["s"] for c in chunks), 1),
                "bands": {f"{lo}-{hi if hi < 1 << 30 else 'end'}": band(lo, hi) for lo, hi in BANDS},
                "cancel_latency_max_s": max(lat, default=None), "cycles": cycles,
