@@ -614,3 +614,36 @@ def test_auto_judges_sampled_rounds_by_their_expected_acceptance(pair, monkeypat
     for e in seen:
         sampled = d * sampled + e["n"]
     assert fit.accepted != pytest.approx(sampled, rel=1e-9)
+
+
+@pytest.mark.parametrize("kind", ["model", "combined"])
+def test_a_cancel_while_the_draft_model_reads_a_long_prompt_acts_between_its_chunks(pair, monkeypatch, kind):
+    """The draft model reads a new prompt in the session's schedule of chunks, a cancel
+    checked between them: Esc does not wait for the whole prompt. What it fed stays a prefix
+    of the prompt, and the next call decodes plain's tokens."""
+    import agent.engine.drafters as drafters_mod
+    from agent.cancel import CancelToken
+
+    target, draft = pair
+    prompt = [(7 * i) % 200 + 3 for i in range(900)]
+    plain, _, _ = run(Session(target), prompt, max_tokens=12, stop_tokens=set())
+    cancel, fed = CancelToken(), []
+    real = drafters_mod.prefill
+
+    def prefill(model, tokens, cache, chunk=512):
+        real(model, tokens, cache, chunk=chunk)
+        fed.append(len(tokens))
+        if len(fed) == 2:
+            cancel.cancel()
+
+    monkeypatch.setattr(drafters_mod, "prefill", prefill)
+    drafter = make_drafter(kind, draft)
+    s = Session(target, speculator=Speculator(drafter, SpecPolicy(mode="on", fixed_k=4)))
+    events = list(s.generate(prompt, max_tokens=12, stop_tokens=set(), cancel=cancel))
+    assert events[-1].finish_reason == "cancelled" and len(fed) == 2
+    assert all(n <= 96 for n in fed)  # chunks of the CPU schedule, not the whole prompt
+    dm = drafter if kind == "model" else drafter.model
+    assert dm.cache.offset == len(dm.fed) == sum(fed) and dm.fed == prompt[: sum(fed)]
+    monkeypatch.setattr(drafters_mod, "prefill", real)
+    again, _, _ = run(s, prompt, max_tokens=12, stop_tokens=set())
+    assert again == plain

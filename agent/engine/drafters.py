@@ -116,6 +116,21 @@ class DraftModel:
     # of a forward pass of their own; a longer catch-up is prefilled first.
     FIRST_STEP_MAX = 8
 
+    def catch_up(self, history: Sequence[int], cancel) -> None:
+        """Prefill what `prepare` would (all of `history` the cache lacks but its last few
+        tokens) in the chunks the session's schedule gives (`session.chunk_at`), stopping
+        between chunks once `cancel` is set, so a long new prompt does not hold a cancel up;
+        what was fed stays fed (the cache holds a prefix of `history`)."""
+        from .session import chunk_at
+
+        todo = self._sync(history)
+        while len(todo) > self.FIRST_STEP_MAX and not cancel.cancelled:
+            n = min(chunk_at(self.cache.offset, self.lm.device, 512), len(todo) - 1)
+            prefill(self.lm.model, todo[:n], self.cache.cache, chunk=n)
+            self.fed.extend(todo[:n])
+            self.synced = len(self.fed)
+            todo = todo[n:]
+
     def prepare(self, history: Sequence[int]) -> list[int]:
         """Catch the cache up with `history` (a new prompt, tool output, tokens decoded while
         drafting was off) but its last few tokens; returns the tokens left to feed, which end
@@ -497,6 +512,9 @@ class Combined:
 
     def prepare(self, history: Sequence[int]) -> None:
         self.model.prepare(history)
+
+    def catch_up(self, history: Sequence[int], cancel) -> None:
+        self.model.catch_up(history, cancel)
 
     def propose(self, history, k, params, constraint=None) -> Draft:
         n, cont = self.lookup.match(history, self.lookup_k)

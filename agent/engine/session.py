@@ -305,6 +305,8 @@ class Session:
             if cancel.cancelled:
                 finish = "cancelled"
                 break
+        if finish == "length" and cancel.cancelled and tally.generated < max_tokens:
+            finish = "cancelled"  # cancelled before any batch (the draft model reading the prompt)
         detok.finalize()
         if detok.last_segment and finish != "stop_string":
             yield TextDelta(detok.last_segment, (), (), ())

@@ -596,6 +596,11 @@ class Speculator:
         # by the plain probe of the first measured check after `probe_rounds` rounds), rounds
         # are judged against the most a plain step can cost, their own verify pass.
         self.probe_plain = 0
+        catch_up = getattr(self.drafter, "catch_up", None)
+        if catch_up is not None and self.enabled:  # a new prompt: the draft model reads it, cancellably
+            t_prep = time.perf_counter()
+            catch_up(session.tokens, cancel)
+            self.call.draft_s += time.perf_counter() - t_prep
         draft: Draft | None = None  # proposed at the end of a run of plain tokens
         while not cancel.cancelled:
             if self.probe_plain or not self.enabled:
