@@ -22,7 +22,7 @@ from .draft_head import RestrictedHead
 from .loading import LoadedModel
 from .sampling import (SamplingParams, apply_mask, apply_penalty, keyed_noise, log_probs,
                        penalized_ids)
-from .step import TokenConstraint, common_prefix, fit_width, forward, prefill
+from .step import TokenConstraint, chunk_at, common_prefix, fit_width, forward, prefill
 from .suffix import SuffixIndex
 from .tree import TokenTree, TreeShape, compact, supports_tree
 from .tree_draft import model_tree
@@ -118,11 +118,9 @@ class DraftModel:
 
     def catch_up(self, history: Sequence[int], cancel) -> None:
         """Prefill what `prepare` would (all of `history` the cache lacks but its last few
-        tokens) in the chunks the session's schedule gives (`session.chunk_at`), stopping
+        tokens) in the chunks the session's schedule gives (`step.chunk_at`), stopping
         between chunks once `cancel` is set, so a long new prompt does not hold a cancel up;
         what was fed stays fed (the cache holds a prefix of `history`)."""
-        from .session import chunk_at
-
         todo = self._sync(history)
         while len(todo) > self.FIRST_STEP_MAX and not cancel.cancelled:
             n = min(chunk_at(self.cache.offset, self.lm.device, 512), len(todo) - 1)

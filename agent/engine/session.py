@@ -25,7 +25,7 @@ from .drafters import DraftModel
 from .errors import SpecAgentError
 from .loading import LoadedModel
 from .sampling import SamplingParams
-from .step import Batch, TokenConstraint, common_prefix, plain_decode, prefill
+from .step import Batch, TokenConstraint, chunk_at, common_prefix, plain_decode, prefill
 
 if TYPE_CHECKING:
     from .prefix_store import PrefixStore
@@ -68,21 +68,6 @@ class Completion:
 
 
 PROGRESS_EVERY_S = 0.2  # DecodeProgress at most this often (5 Hz)
-# A cancel is checked between prefill chunks, so a chunk bounds how long Esc takes. The chunks
-# follow a fixed schedule (`chunk_at`), never the clock: the same prompt and cache always give
-# the same chunks, so the same keys and values to the last bit (row-count-dependent BLAS kernels
-# make a different split differ in the last bits on some CPUs). On a CPU a chunk's time grows
-# with its context position (attention reads every earlier key): measured on the 2-core CPU
-# (Qwen2.5-Coder-0.5B, OpenBLAS, lab/results/cancel-latency.jsonl), a 128-token chunk took
-# 0.96 s at position 0 and 2.7 s at 7k, a 64-token one 2.2 s at 16k. So the chunk shrinks as
-# the context grows, PREFILL_CPU_TOKENS * PREFILL_CPU_HALF / (PREFILL_CPU_HALF + position),
-# in multiples of 8, at least PREFILL_CPU_MIN: about 0.8 s a chunk for that model anywhere up
-# to 16k (96 tokens at 0, 48 at 4k, 32 at 8k, 16 at 16k); each chunk also reads every weight
-# once (about 0.16 s there), which is what smaller chunks cost. On a GPU a chunk is
-# `Session.prefill_chunk` tokens.
-PREFILL_CPU_TOKENS = 96  # the chunk at position 0, on a CPU
-PREFILL_CPU_HALF = 4096  # the position at which it is half as long
-PREFILL_CPU_MIN = 16
 TPS_WINDOW_S = 2.0  # DecodeProgress.tps is measured over about this long
 
 
@@ -103,17 +88,6 @@ class _Tally:
             self.window.pop(0)
         (t0, n0), (t1, n1) = self.window[0], self.window[-1]
         return (n1 - n0) / (t1 - t0) if t1 > t0 else 0.0
-
-
-def chunk_at(position: int, device: str, largest: int) -> int:
-    """The prefill chunk that starts at context `position`: on a CPU shorter as the context
-    grows (see PREFILL_CPU_TOKENS), else `largest` (at most `largest`, at least one token)."""
-    if device == "cpu":
-        n = PREFILL_CPU_TOKENS * PREFILL_CPU_HALF // (PREFILL_CPU_HALF + max(position, 0))
-        n = max(PREFILL_CPU_MIN, n // 8 * 8)
-    else:
-        n = largest
-    return max(1, min(largest, n))
 
 
 class Session:
