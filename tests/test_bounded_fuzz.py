@@ -228,4 +228,7 @@ if __name__ == "__main__":
 
     logging.disable(logging.CRITICAL)  # a conversion's info lines are not the result
     kind, where = sys.argv[1], Path(sys.argv[2])
-    print(json.dumps((_fuzz_gguf if kind == "gguf" else _fuzz_prefix)(where)))
+    print(json.dumps((_fuzz_gguf if kind == "gguf" else _fuzz_prefix)(where)), flush=True)
+    from agent.engine import release_streams
+
+    release_streams()  # this thread's MLX streams, before the interpreter exits

@@ -22,6 +22,7 @@ TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (type che
 __all__ = [
     # loading
     "LoadedModel", "load_model", "resolve_model", "select_device", "preload_warnings",
+    "release_streams",
     # sessions: chat rendering, streaming generation, the prefix store, the suffix index
     "Session", "render_chat", "PrefixStore", "SuffixFile", "SuffixIndex",
     # sampling
@@ -44,6 +45,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "load_model": ("loading", "load_model"),
     "resolve_model": ("loading", "resolve"),
     "select_device": ("loading", "select_device"),
+    "release_streams": ("loading", "release_streams"),
     "preload_warnings": ("pairing", "preload_warnings"),
     "Session": ("session", "Session"),
     "render_chat": ("session", "render_chat"),

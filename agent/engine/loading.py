@@ -11,6 +11,7 @@ they stay as they are.
 
 from __future__ import annotations
 
+import atexit
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +24,29 @@ from .bounded import InputError, read_json
 from .errors import ModelLoadError, ModelNotFoundError
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+def release_streams() -> None:
+    """Free the MLX streams of the calling thread. MLX frees a thread's streams only on that
+    thread: a thread that ran model work and ends holding them (the main thread included, at
+    interpreter exit) can abort the process at exit with "terminate called without an active
+    exception", exit status 134 after a run that succeeded. Call it as the last MLX work of
+    every thread that ran any; MLX work on the thread afterwards raises."""
+    if hasattr(mx, "clear_streams"):
+        mx.clear_streams()
+
+
+_main_release: list[bool] = []
+
+
+def _release_main_streams_at_exit() -> None:
+    """Once per process: free the main thread's streams at exit. atexit handlers run on the
+    main thread once the threads that are not daemons have ended, last registered first: this
+    one comes before any prefix store's (whose writer joins at exit), so it runs after them. On
+    a main thread that never ran MLX work it does nothing."""
+    if not _main_release:
+        _main_release.append(True)
+        atexit.register(release_streams)
 
 
 @dataclass
@@ -164,6 +188,7 @@ def load_model(ref: str, device: str = "auto", dense: bool | None = None, cache:
     device = select_device(device)
     dense = (device == "cpu") if dense is None else dense
     kind, where = resolve(ref)
+    _release_main_streams_at_exit()
     if kind == "gguf":
         from .gguf import load_gguf
 

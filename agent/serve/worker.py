@@ -111,6 +111,9 @@ class ModelWorker:
             job = self._jobs.get()
             self.metrics.queue_depth.set(self._jobs.qsize())
             if job is None:
+                from ..engine import release_streams
+
+                release_streams()  # the thread's MLX streams go with it
                 return
             if job.cancel.cancelled:  # its client left while it waited
                 job.emit(ApiError(499, "the client closed the request"))

@@ -12,6 +12,7 @@ or the message is cancelled. Nothing here draws.
 from __future__ import annotations
 
 import queue
+import sys
 import threading
 import time
 from typing import Any, Callable, Iterable
@@ -125,6 +126,10 @@ class EngineBridge:
                     error = str(e) or type(e).__name__
                 self.post(JobDone(kind, reply, error, self.runtime.git_info()))
         finally:
+            if "mlx.core" in sys.modules:  # the thread's MLX streams go with it
+                from ..engine import release_streams
+
+                release_streams()
             self.finished.set()
 
     def stop(self) -> None:
