@@ -12,6 +12,7 @@ import io
 import itertools
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -240,6 +241,14 @@ def _matching(marker: str) -> list[int]:
     return out
 
 
+def _logged(path: Path) -> set[int]:
+    """The pids the `sleep` shim logged."""
+    try:
+        return {int(p) for p in path.read_text().split()}
+    except (OSError, ValueError):
+        return set()
+
+
 def agent_orphans(repo: Path, spec: dict, tmp: Path) -> dict[str, Any]:
     """`spec-agent -p --yes` (scripted model: one run_shell call) with the user's PreToolUse
     `hook` (a shell command) and an MCP server that first runs `server` (a shell command);
@@ -258,7 +267,15 @@ def agent_orphans(repo: Path, spec: dict, tmp: Path) -> dict[str, Any]:
     (folder / "config.toml").write_text(config)
     from scripted import call as tool_call
 
+    # `sleep` on PATH logs its pid before it becomes the real sleep: a child the agent ends
+    # within the 50 ms between two looks at the process table is still seen to have started.
+    shims, started_log = tmp / "shims", tmp / "started.txt"
+    shims.mkdir(exist_ok=True)
+    real_sleep = shutil.which("sleep") or "/bin/sleep"
+    (shims / "sleep").write_text(f'#!/bin/sh\necho $$ >> "{started_log}"\nexec {real_sleep} "$@"\n')
+    (shims / "sleep").chmod(0o755)
     env = {**os.environ, "XDG_CONFIG_HOME": str(tmp / "xdg"),
+           "PATH": f"{shims}{os.pathsep}{os.environ.get('PATH', '')}",
            "SCRIPTED_TURNS": json.dumps([tool_call("run_shell", command="true"), "Done."])}
     proc = subprocess.Popen([sys.executable, str(tests / "scripted_cli.py"), "-p", "go", "--yes",
                              "--sandbox", "off", "-C", str(repo)], env=env, start_new_session=True,
@@ -269,13 +286,14 @@ def agent_orphans(repo: Path, spec: dict, tmp: Path) -> dict[str, Any]:
     try:
         deadline = time.monotonic() + 60
         while proc.poll() is None and time.monotonic() < deadline:
-            started |= set(_matching(spec["marker"]))
+            started |= set(_matching(spec["marker"])) | _logged(started_log)
             if spec.get("kill") and len(started) >= spec.get("count", 1):
                 proc.kill()
             time.sleep(0.05)
         proc.wait(5)
     finally:
         proc.kill()
+    started |= _logged(started_log)
     deadline = time.monotonic() + 5.0
     while _matching(spec["marker"]) and time.monotonic() < deadline:
         time.sleep(0.1)
