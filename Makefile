@@ -49,8 +49,8 @@ demo: setup
 	$(BIN)/spec-agent models pull
 	@bash scripts/demo.sh
 
-# Test processes (pytest-xdist): 2 fits the 2-core CI machine; TEST_JOBS=0 runs them in
-# pytest's own process, TEST_JOBS=auto one per core.
+# Test processes (pytest-xdist; an idle one takes tests queued for the other): 2 fits the
+# 2-core CI machine; TEST_JOBS=0 runs them in pytest's own process, TEST_JOBS=auto one per core.
 TEST_JOBS ?= 2
 
 # Like the CLI: OpenBLAS preloaded, and OPENBLAS_CORETYPE from the CPU's flags once a check has
@@ -62,7 +62,7 @@ test: setup
 	@lib="$$(ls /usr/lib/*-linux-gnu/openblas-pthread/libopenblas.so.0 2>/dev/null | head -1)"; \
 	core="$${OPENBLAS_CORETYPE-$$([ -z "$$lib" ] || $(BIN)/python -m agent.engine.blas coretype "$$lib" "$$($(BIN)/python -c 'from agent import store; print(store.home())')/blas-coretype.json")}"; \
 	echo "pytest with LD_PRELOAD=$${lib:-none} OPENBLAS_CORETYPE=$${core:-auto}"; \
-	env SPEC_AGENT_REQUIRE_EMBEDDED=1 LD_PRELOAD="$$lib" $${core:+OPENBLAS_CORETYPE="$$core"} $(BIN)/python -m pytest -q -n $(TEST_JOBS) -m "not install and not slow" $(PYTEST_ARGS)
+	env SPEC_AGENT_REQUIRE_EMBEDDED=1 LD_PRELOAD="$$lib" $${core:+OPENBLAS_CORETYPE="$$core"} $(BIN)/python -m pytest -q -n $(TEST_JOBS) --dist worksteal -m "not install and not slow" $(PYTEST_ARGS)
 
 # The slow tests too (the 1.5B pair, sampling exactness at 4000 draws, mlx_lm.server): +3 min.
 test-all:

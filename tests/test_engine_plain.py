@@ -56,7 +56,7 @@ def test_greedy_equals_mlx_lm_embedded(embedded):
 @pytest.mark.embedded
 def test_embedded_answers_coding_request(embedded):
     prompt = chat_prompt(embedded, "Write a Python function that returns the sum of a list.")
-    _, stats, events = run(Session(embedded), prompt, max_tokens=80)
+    _, stats, events = run(Session(embedded), prompt, max_tokens=32)  # its answer opens with the code
     text = "".join(e.text for e in events if isinstance(e, TextDelta))
     assert "def " in text
     assert stats.decode_tps > 0 and stats.prefill_tps > 0 and stats.ttft_s > 0
