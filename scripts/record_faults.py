@@ -340,42 +340,57 @@ def docstring(text: str) -> str | None:
 
 
 def classify(rec: dict) -> list[str]:
+    return classify_replies(rec)[0]
+
+
+def classify_replies(rec: dict) -> tuple[list[str], list[list[str]]]:
     """What the replies do to the task's Python files: drop_code (a block for a file lacks some
     of its top-level names the task does not name), junk (a block that does not parse), cut (a
     block left unclosed), unchanged (a block equal to the file as the replies before left it),
     no_block (a change was asked and no reply has a block), no_change (a change was asked and
     the files ended as before: recorded runs only); drop_doc (a block leaves out the module's
-    docstring: not one of the suite's faults, which are about names); `clean` when none."""
+    docstring: not one of the suite's faults, which are about names); `clean` when none.
+    Returns (the record's classes, each reply's: no_block for a reply without a block only
+    where the record changed nothing)."""
     before = rec["files_before"]
     now = dict(before)  # the files as the blocks so far left them
     found: set[str] = set()
+    per_reply: list[set[str]] = []
     any_block = False
     for reply in rec["replies"]:
+        mine: set[str] = set()
+        per_reply.append(mine)
         for b in blocks(reply, rec["target"]):
             if not b["path"].endswith(".py"):
                 continue
             any_block = True
+            mine.add("block")
             if not b["closed"]:
-                found.add("cut")
+                mine.add("cut")
             if not parses(b["body"]):
-                found.add("junk")
+                mine.add("junk")
                 continue
             old, current = before.get(b["path"]), now.get(b["path"])
             now[b["path"]] = b["body"]
             if old is None:
                 continue
             if b["body"].strip() == (current or "").strip():
-                found.add("unchanged")
+                mine.add("unchanged")
             elif top_names(old) - top_names(b["body"]) - set(rec.get("renames", [])):
-                found.add("drop_code")
+                mine.add("drop_code")
             if docstring(old) and not docstring(b["body"]):
-                found.add("drop_doc")
+                mine.add("drop_doc")
+        found |= mine - {"block"}
     if rec["asks_change"] and not any_block:
         found.add("no_block")
     after = rec.get("files_after")
     if rec["asks_change"] and after is not None and all(after.get(k) == v for k, v in before.items()):
         found.add("no_change")
-    return sorted(found) or ["clean"]
+    for mine in per_reply:
+        if "block" not in mine and ({"no_change", "no_block"} & found):
+            mine.add("no_block")
+        mine.discard("block")
+    return sorted(found) or ["clean"], [sorted(m) or ["clean"] for m in per_reply]
 
 
 # ---- mutations ---------------------------------------------------------------------------
@@ -500,7 +515,7 @@ FAULT_OF = {"drop_code": "drop_code", "cut": "drop_code", "junk": "junk", "uncha
 
 def reclassify() -> int:
     """Rewrite every record's classes; print the records per source and class, and per
-    source and fault."""
+    source and fault, and the replies per source that have a fault and that have none."""
     recs = [json.loads(line) for line in RECORDED.read_text().splitlines() if line.strip()]
     for r in recs:
         r["classes"] = classify(r)
@@ -512,6 +527,10 @@ def reclassify() -> int:
         for key in [*(("class", c) for c in r["classes"]), *(("fault", f) for f in faults),
                     ("records", "all"), ("records", "faulty" if faults != ["none"] else "clean")]:
             counts[(source, *key)] = counts.get((source, *key), 0) + 1
+        for classes in classify_replies(r)[1]:
+            bad = any(c in FAULT_OF for c in classes)
+            key = (source, "replies", "faulty" if bad else "clean")
+            counts[key] = counts.get(key, 0) + 1
     for key in sorted(counts):
         print(f"{' '.join(key)}: {counts[key]}")
     return 0
