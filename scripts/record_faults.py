@@ -113,7 +113,15 @@ def read_files(root: Path, names) -> dict[str, str | None]:
 
 def child(out: str, argv: list[str]) -> int:
     """Run `spec-agent argv` in this process; write each model call's text and finish reason
-    to `out` as they happen."""
+    to `out` as they happen. OpenBLAS is preloaded first, as the `spec-agent` command does (an
+    in-process `main(argv)` does not re-exec; without it MLX's reference BLAS runs each prefill
+    several times slower)."""
+    from agent import store
+    from agent.engine import ensure_openblas
+
+    warning = ensure_openblas("auto", store.home() / "blas-coretype.json")  # may re-exec
+    if warning:
+        print(warning, file=sys.stderr)
     from agent import runtime
     from agent.events import GenerationStats, TextDelta
 
