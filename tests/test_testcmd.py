@@ -225,6 +225,14 @@ def test_the_test_files_a_message_says_fail(tmp_path):
     said = lambda m: said_failing(m, tmp_path, listed)  # noqa: E731
     assert said("The test in test_calc.py fails. Find the bug in calc.py and fix it.") == ["test_calc.py"]
     assert said("Make ./tests/test_more.py pass") == ["tests/test_more.py"]
+    # named as what must pass once the change is made
+    for m in ("Fix the range check in calc.py so test_calc.py passes.",
+              "Fix calc.py so that test_calc.py passes again", "Fix calc.py until test_calc.py passes",
+              "test_calc.py should pass after the fix", "Fix calc.py; test_calc.py needs to pass"):
+        assert said(m) == ["test_calc.py"], m
+    for m in ("Fix calc.py, test_calc.py should not pass yet", "test_calc.py passes already",
+              "so test_calc.py never passes"):
+        assert said(m) == [], m
     assert said("test_calc.py is broken; tests/test_more.py does not pass!") \
         == ["test_calc.py", "tests/test_more.py"]
     assert said("Add a test to test_calc.py. Then fix calc.py.") == []  # no sentence says it fails

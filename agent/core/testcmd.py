@@ -51,16 +51,20 @@ _WRITTEN_TEST = re.compile(r"(?:^|/)(?:test_[^/]*|[^/]*_test)\.py$")
 _UNITTEST = re.compile(r"^(?:FAIL|ERROR): \w+ \((?P<dotted>[\w.]+)\)", re.M)
 MAX_FILES = 20
 # A test file named as what fails: "test_x.py fails", "the test in test_x.py is failing",
-# "tests/test_y.py is broken", "test_z.py does not pass", "make test_z.py pass". The verb must
+# "tests/test_y.py is broken", "test_z.py does not pass", or as what must pass after the change:
+# "make test_z.py pass", "so that test_z.py passes", "test_z.py should pass". The verb must
 # follow the file, not negated ("no longer fails", "a failing test in test_x.py" do not count).
 _FAILS_AFTER = re.compile(r"^([^.!?;:]{0,40}?)\b(?:fails?|failed|(?:is|are)\s+(?:failing|broken)|"
                           r"(?:do(?:es)?n[o']?t|do(?:es)?\s+not)\s+pass)\b", re.IGNORECASE)
 _NEGATED = re.compile(r"\b(?:no\s+longer|never|not)\b|n't\b", re.IGNORECASE)
-_MAKE_PASS = re.compile(r"\bmake\s+(?:the\s+tests?\s+in\s+)?$", re.IGNORECASE)
+_MAKE_PASS = re.compile(r"\b(?:make|so(?:\s+that)?|until)\s+(?:the\s+tests?\s+in\s+)?$",
+                        re.IGNORECASE)
 # ... or the failure first: "pytest fails on test_x.py", "an error in tests/test_y.py".
 _FAILS_BEFORE = re.compile(r"\b(?:fails?|failed|failing|failures?|errors?)\s+(?:on|in|at|with)\s+"
                            r"(?:the\s+)?$", re.IGNORECASE)
-_PASS_AFTER = re.compile(r"^\s+pass\b", re.IGNORECASE)
+_PASS_AFTER = re.compile(r"^\s+pass(?:es)?\b", re.IGNORECASE)
+_SHOULD_PASS = re.compile(r"^\s+(?:should|must|needs?\s+to|has\s+to|have\s+to)\s+pass\b",
+                          re.IGNORECASE)
 _FAIL_WORD = re.compile(r"fail|broken|pass", re.IGNORECASE)
 _ASKED_FOR = re.compile(r"\b(?:write|add|create|adds?|writing|adding|new)\b[\w\s]{0,12}$",
                         re.IGNORECASE)
@@ -114,8 +118,8 @@ def says_failing(message: str) -> bool:
 def said_failing(message: str, root: Path, listed: Collection[str] = ()) -> list[str]:
     """The test files that `message` says fail, in a sentence of its own words ("The test in
     test_ranges.py fails. Fix ranges.py."): the file first, then what it does (fails, is
-    failing, is broken, does not pass), "make FILE pass", or the failure first ("pytest fails
-    on FILE"); paths among `listed` (the files
+    failing, is broken, does not pass), what it must do ("make FILE pass", "so that FILE
+    passes", "FILE should pass"), or the failure first ("pytest fails on FILE"); paths among `listed` (the files
     git lists, so never one kept out of the agent's view), test files by pytest's default
     names; where no file is named but the tests are said to fail ("the failing test", "make
     the tests pass"), every test file git lists, when there are MAX_FILES or fewer. Looks at
@@ -132,6 +136,7 @@ def said_failing(message: str, root: Path, listed: Collection[str] = ()) -> list
             verb = _FAILS_AFTER.search(after[:80])  # (its group: the words between)
             said = ((verb is not None and not _NEGATED.search(verb.group(1)))
                     or (_MAKE_PASS.search(before) is not None and _PASS_AFTER.search(after))
+                    or _SHOULD_PASS.search(after) is not None
                     or (_FAILS_BEFORE.search(before) is not None and not _NEGATED.search(before)))
             if said and _inside(root, path):
                 found.append(path)
