@@ -61,11 +61,11 @@ CONFIGS = {
 SHORT_FIRST = ["morse", "slugify_special", "roman", "inventory_rename", "textstats_explain",
                "validators_hints", "dates_attach", "colors_attach", "report_remove",
                "settings_docstring", "units", "stats_long", "http_status_long"]
-# The 1.5B is about four times slower (20-25 min a run on two CPU cores, against 3-8 for the
-# 0.5B): one of its runs after every two of the 0.5B, so a time limit leaves recordings of both.
+# The 1.5B is about three times slower (on two CPU cores with OpenBLAS, a 0.5B run took 10-170
+# s): one of its runs after every two of the 0.5B, so a time limit leaves recordings of both.
 SMALL_PER_LARGE = 2
 # A run that starts with less than this many seconds left is not started.
-MIN_RUN_S = {"05b": 300, "15b": 1500}
+MIN_RUN_S = {"05b": 180, "15b": 540}
 
 
 def plan(tasks: dict[str, dict]) -> list[str]:
