@@ -228,10 +228,17 @@ def test_the_test_files_a_message_says_fail(tmp_path):
     # named as what must pass once the change is made
     for m in ("Fix the range check in calc.py so test_calc.py passes.",
               "Fix calc.py so that test_calc.py passes again", "Fix calc.py until test_calc.py passes",
-              "test_calc.py should pass after the fix", "Fix calc.py; test_calc.py needs to pass"):
+              "test_calc.py should pass after the fix", "Fix calc.py; test_calc.py needs to pass",
+              "Make `test_calc.py` pass", "`test_calc.py` should pass", "Make sure test_calc.py passes",
+              "Ensure test_calc.py passes", "Fix calc.py so that all tests in test_calc.py pass",
+              "Fix calc.py so test_calc.py will pass", "Get test_calc.py to pass",
+              "test_calc.py is supposed to pass"):
         assert said(m) == ["test_calc.py"], m
     for m in ("Fix calc.py, test_calc.py should not pass yet", "test_calc.py passes already",
-              "so test_calc.py never passes"):
+              "so test_calc.py never passes", "Explain why test_calc.py should pass.",
+              "Do you think test_calc.py should pass?", "Does test_calc.py need to pass?",
+              "Don't worry if test_calc.py should pass.",
+              "I fixed calc.py, so test_calc.py passes already. Please refactor calc.py."):
         assert said(m) == [], m
     assert said("test_calc.py is broken; tests/test_more.py does not pass!") \
         == ["test_calc.py", "tests/test_more.py"]

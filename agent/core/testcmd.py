@@ -57,14 +57,17 @@ MAX_FILES = 20
 _FAILS_AFTER = re.compile(r"^([^.!?;:]{0,40}?)\b(?:fails?|failed|(?:is|are)\s+(?:failing|broken)|"
                           r"(?:do(?:es)?n[o']?t|do(?:es)?\s+not)\s+pass)\b", re.IGNORECASE)
 _NEGATED = re.compile(r"\b(?:no\s+longer|never|not)\b|n't\b", re.IGNORECASE)
-_MAKE_PASS = re.compile(r"\b(?:make|so(?:\s+that)?|until)\s+(?:the\s+tests?\s+in\s+)?$",
-                        re.IGNORECASE)
+_MAKE_PASS = re.compile(r"\b(?:make(?:\s+sure)?|ensure|get|so(?:\s+that)?|until)\s+"
+                        r"(?:(?:all\s+)?(?:the\s+)?tests?\s+in\s+)?[`'\"]?$", re.IGNORECASE)
 # ... or the failure first: "pytest fails on test_x.py", "an error in tests/test_y.py".
 _FAILS_BEFORE = re.compile(r"\b(?:fails?|failed|failing|failures?|errors?)\s+(?:on|in|at|with)\s+"
                            r"(?:the\s+)?$", re.IGNORECASE)
-_PASS_AFTER = re.compile(r"^\s+pass(?:es)?\b", re.IGNORECASE)
-_SHOULD_PASS = re.compile(r"^\s+(?:should|must|needs?\s+to|has\s+to|have\s+to)\s+pass\b",
-                          re.IGNORECASE)
+_PASS_AFTER = re.compile(r"^[`'\"]?\s+(?:(?:will|can|to)\s+)?pass(?:es)?\b(?!\s+already)",
+                         re.IGNORECASE)
+_SHOULD_PASS = re.compile(r"^[`'\"]?\s+(?:should|must|needs?\s+to|has\s+to|have\s+to|"
+                          r"is\s+supposed\s+to)\s+pass\b", re.IGNORECASE)
+# ... but not in a question, or where what comes before the file asks why or whether
+_NOT_ASKED = re.compile(r"\b(?:why|whether|if|explain|wonder|think)\b", re.IGNORECASE)
 _FAIL_WORD = re.compile(r"fail|broken|pass", re.IGNORECASE)
 _ASKED_FOR = re.compile(r"\b(?:write|add|create|adds?|writing|adding|new)\b[\w\s]{0,12}$",
                         re.IGNORECASE)
@@ -134,9 +137,11 @@ def said_failing(message: str, root: Path, listed: Collection[str] = ()) -> list
                 continue
             before, after = sentence[max(0, w.start() - 40): w.start()], sentence[w.end():]
             verb = _FAILS_AFTER.search(after[:80])  # (its group: the words between)
-            said = ((verb is not None and not _NEGATED.search(verb.group(1)))
-                    or (_MAKE_PASS.search(before) is not None and _PASS_AFTER.search(after))
-                    or _SHOULD_PASS.search(after) is not None
+            must_pass = (not sentence.rstrip().endswith("?")
+                         and not _NEGATED.search(before) and not _NOT_ASKED.search(before)
+                         and ((_MAKE_PASS.search(before) is not None and _PASS_AFTER.search(after))
+                              or _SHOULD_PASS.search(after) is not None))
+            said = ((verb is not None and not _NEGATED.search(verb.group(1))) or must_pass
                     or (_FAILS_BEFORE.search(before) is not None and not _NEGATED.search(before)))
             if said and _inside(root, path):
                 found.append(path)

@@ -100,6 +100,14 @@ class ModelWorker:
         self.context_limit = self.session.context_limit
 
     def _run(self) -> None:
+        from ..engine import release_streams
+
+        try:
+            self._work()
+        finally:
+            release_streams()  # the thread's MLX streams go with it, however it ends
+
+    def _work(self) -> None:
         try:
             self._load()
         except BaseException as e:  # noqa: BLE001 - handed to start(), which raises it
@@ -111,9 +119,6 @@ class ModelWorker:
             job = self._jobs.get()
             self.metrics.queue_depth.set(self._jobs.qsize())
             if job is None:
-                from ..engine import release_streams
-
-                release_streams()  # the thread's MLX streams go with it
                 return
             if job.cancel.cancelled:  # its client left while it waited
                 job.emit(ApiError(499, "the client closed the request"))

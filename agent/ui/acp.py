@@ -308,10 +308,9 @@ class SpecAgent:
         for session in self.sessions.values():
             if session.cancel is not None:
                 session.cancel.cancel()
-        if "mlx.core" in sys.modules:
-            from ..engine import release_streams
-
-            self.pool.submit(release_streams)
+        mx = sys.modules.get("mlx.core")
+        if mx is not None and hasattr(mx, "clear_streams"):
+            self.pool.submit(mx.clear_streams)
         self.pool.shutdown(wait=True, cancel_futures=False)
         for runtime in {id(r): r for r in (self.primary, *self.runtimes.values())}.values():
             runtime.close()  # the MCP servers

@@ -126,10 +126,9 @@ class Repl:
     def close(self) -> None:
         """Stop the engine thread. MLX streams must be freed on the thread that made them,
         or the process aborts at exit ("terminate called without an active exception")."""
-        if "mlx.core" in sys.modules:
-            from ..engine import release_streams
-
-            self.engine.submit(release_streams).result()
+        mx = sys.modules.get("mlx.core")
+        if mx is not None and hasattr(mx, "clear_streams"):
+            self.engine.submit(mx.clear_streams).result()
         self.engine.shutdown(wait=True)
         self.rt.close()  # the MCP servers
 

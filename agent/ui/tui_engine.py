@@ -126,10 +126,9 @@ class EngineBridge:
                     error = str(e) or type(e).__name__
                 self.post(JobDone(kind, reply, error, self.runtime.git_info()))
         finally:
-            if "mlx.core" in sys.modules:  # the thread's MLX streams go with it
-                from ..engine import release_streams
-
-                release_streams()
+            mx = sys.modules.get("mlx.core")  # the thread's MLX streams go with it (MLX frees
+            if mx is not None and hasattr(mx, "clear_streams"):  # them only on their thread)
+                mx.clear_streams()
             self.finished.set()
 
     def stop(self) -> None:
