@@ -122,7 +122,8 @@ def said_failing(message: str, root: Path, listed: Collection[str] = ()) -> list
     """The test files that `message` says fail, in a sentence of its own words ("The test in
     test_ranges.py fails. Fix ranges.py."): the file first, then what it does (fails, is
     failing, is broken, does not pass), what it must do ("make FILE pass", "so that FILE
-    passes", "FILE should pass"), or the failure first ("pytest fails on FILE"); paths among `listed` (the files
+    passes", "FILE should pass"; not in a question), or the failure first ("pytest fails on
+    FILE"); paths among `listed` (the files
     git lists, so never one kept out of the agent's view), test files by pytest's default
     names; where no file is named but the tests are said to fail ("the failing test", "make
     the tests pass"), every test file git lists, when there are MAX_FILES or fewer. Looks at
