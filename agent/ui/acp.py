@@ -48,7 +48,7 @@ from ..core.callformat import RESULT_OPEN, parse_calls, strip_calls
 from ..core.history import HistoryError
 from ..events import AgentResult, ApprovalRequest
 from ..safe_input import loads
-from . import inputs
+from . import free_mlx_streams, inputs
 from .acp_events import (META_KEY, TOOL_KINDS, Translator, answer_of, figures, permission_call,
                          permission_options, prompt_text, prompt_usage, session_modes, tool_title)
 
@@ -308,9 +308,7 @@ class SpecAgent:
         for session in self.sessions.values():
             if session.cancel is not None:
                 session.cancel.cancel()
-        mx = sys.modules.get("mlx.core")
-        if mx is not None and hasattr(mx, "clear_streams"):
-            self.pool.submit(mx.clear_streams)
+        self.pool.submit(free_mlx_streams)
         self.pool.shutdown(wait=True, cancel_futures=False)
         for runtime in {id(r): r for r in (self.primary, *self.runtimes.values())}.values():
             runtime.close()  # the MCP servers

@@ -40,7 +40,7 @@ from ..cancel import CancelToken
 from ..core.attach import attach
 from ..core.shown import plain_output, shown
 from ..events import AgentResult, ApprovalRequest
-from . import custom_commands, inputs, slash
+from . import custom_commands, free_mlx_streams, inputs, slash
 from .repl_text import (Meter, Transcript, approval_question, approval_text, history_summary,
                         parse_answer)
 
@@ -126,9 +126,7 @@ class Repl:
     def close(self) -> None:
         """Stop the engine thread. MLX streams must be freed on the thread that made them,
         or the process aborts at exit ("terminate called without an active exception")."""
-        mx = sys.modules.get("mlx.core")
-        if mx is not None and hasattr(mx, "clear_streams"):
-            self.engine.submit(mx.clear_streams).result()
+        self.engine.submit(free_mlx_streams).result()
         self.engine.shutdown(wait=True)
         self.rt.close()  # the MCP servers
 

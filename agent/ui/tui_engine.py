@@ -12,7 +12,6 @@ or the message is cancelled. Nothing here draws.
 from __future__ import annotations
 
 import queue
-import sys
 import threading
 import time
 from typing import Any, Callable, Iterable
@@ -23,7 +22,7 @@ from ..cancel import CancelToken
 from ..core.attach import attach
 from ..core.shown import plain_output
 from ..events import AgentResult, ApprovalRequest, Event, TextDelta
-from . import inputs
+from . import free_mlx_streams, inputs
 
 STREAM_EVERY_S = 0.1  # streamed text reaches the view at most ~10 times a second
 APPROVAL_POLL_S = 0.1  # how often a waiting approver checks for a cancel
@@ -126,9 +125,7 @@ class EngineBridge:
                     error = str(e) or type(e).__name__
                 self.post(JobDone(kind, reply, error, self.runtime.git_info()))
         finally:
-            mx = sys.modules.get("mlx.core")  # the thread's MLX streams go with it (MLX frees
-            if mx is not None and hasattr(mx, "clear_streams"):  # them only on their thread)
-                mx.clear_streams()
+            free_mlx_streams()  # the thread's MLX streams go with it
             self.finished.set()
 
     def stop(self) -> None:
